@@ -1,0 +1,88 @@
+"""Generation on the reference runtime: prompt in, token ids out one at a time."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from atlas.plugins_trt.sampling.reference import sample
+from atlas.runtime.engine import Engine, load_engine
+from atlas.runtime.errors import RequestError
+from atlas.runtime.model import Model
+from atlas.runtime.tokenizer import EngineTokenizer
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 128
+    temperature: float = 0.0
+    """0 is greedy."""
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 keeps every token."""
+    seed: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise RequestError(f"max_tokens must be a positive integer, got {self.max_tokens!r}.")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise RequestError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}.")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise RequestError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise RequestError(f"top_k must be an integer >= 0 (0 = no limit), got {self.top_k!r}.")
+
+
+class Generator:
+    """An engine loaded for generation: model, tokenizer (when the engine has one), limits."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.config = engine.config
+        self.model = Model(engine.config, engine.weights)
+        self.tokenizer = EngineTokenizer(engine.path) if engine.has_tokenizer else None
+        self.max_seq_len = engine.max_seq_len
+        eos = engine.generation_defaults.get("eos_token_ids") or list(engine.config.eos_token_ids)
+        self.eos_ids = set(eos)
+
+    @classmethod
+    def load(cls, path: str | Path, verify_checksums: bool = True) -> "Generator":
+        return cls(load_engine(path, verify_checksums=verify_checksums))
+
+    def check_ids(self, token_ids: list[int]) -> None:
+        if not token_ids:
+            raise RequestError("the prompt is empty; give at least one token.")
+        bad = [t for t in token_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise RequestError(f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size}).")
+        if len(token_ids) >= self.max_seq_len:
+            raise RequestError(
+                f"the prompt has {len(token_ids)} tokens, but this engine serves at most {self.max_seq_len} "
+                f"(prompt + generated). Shorten the prompt, or rebuild with a larger --max-seq-len "
+                f"(up to the model's {self.config.max_position_embeddings})."
+            )
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[int]:
+        """Yield generated ids until an EOS id (not yielded), max_tokens, or the engine's max_seq_len."""
+        self.check_ids(prompt_ids)
+        limit = min(params.max_tokens, self.max_seq_len - len(prompt_ids))
+        state = self.model.new_state(len(prompt_ids) + limit)
+        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        logits = self.model.forward(torch.tensor(prompt_ids), state).logits[-1]
+        for i in range(limit):
+            token = sample(logits, params.temperature, params.top_k, params.top_p, generator)
+            if token in self.eos_ids:
+                return
+            yield token
+            if i + 1 < limit:
+                logits = self.model.forward(torch.tensor([token]), state).logits[-1]
+
+    def logits(self, token_ids: list[int]) -> torch.Tensor:
+        """fp32 logits [T, vocab] of every position, from one forward over the tokens."""
+        self.check_ids(token_ids)
+        state = self.model.new_state(len(token_ids))
+        return self.model.forward(torch.tensor(token_ids), state).logits
