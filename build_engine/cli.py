@@ -1,0 +1,83 @@
+"""atlas-build: turn a checkpoint into an engine directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from atlas.build_engine.errors import BuildError
+
+EXAMPLES = """
+Examples:
+
+  atlas-build -o engines/smollm2                      # the embedded default model (SmolLM2-135M-Instruct)
+
+  atlas-build ./Llama-3.2-1B -o engines/llama --dtype bfloat16 --max-seq-len 4096
+
+  atlas-build model.Q4_1.gguf -o engines/gguf-model
+
+  atlas-build synthetic:tiny-qwen3.5 -o engines/tiny   # seeded random weights, no files needed
+"""
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+
+
+@click.command(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("checkpoint", required=False)
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Engine directory to write (default: engines/<checkpoint name>).")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16"]), default="auto", show_default=True,
+              help="Storage dtype of the weight matrices; auto = float32 for the CPU target.")
+@click.option("--max-seq-len", type=int, default=None,
+              help="Longest sequence (prompt + generated) the engine serves [default: min(model limit, 8192)].")
+@click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True, help="Target device.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def main(checkpoint, output, dtype, max_seq_len, device, overwrite, quiet):
+    """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
+    or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
+    from atlas.build_engine.builder import BuildConfig, build
+    from atlas.build_engine.checkpoints.builtin import DEFAULT_MODEL
+
+    name = Path(checkpoint or DEFAULT_MODEL).name.removesuffix(".gguf").replace("synthetic:", "synthetic-")
+    output = output or Path("engines") / name
+    try:
+        result = build(BuildConfig(checkpoint, output, dtype=dtype, max_seq_len=max_seq_len, device=device,
+                                   overwrite=overwrite, progress=not quiet))
+    except BuildError as e:
+        raise click.ClickException(str(e)) from None
+    m = result.manifest
+    c = m["config"]
+    total = sum(f["bytes"] for f in m["files"].values())
+    kinds = ", ".join(f"{c['layer_types'].count(k)} {k}" for k in dict.fromkeys(c["layer_types"]))
+    click.echo(
+        f"\nBuilt engine {result.path} in {result.seconds:.1f} s\n"
+        f"  model     {m['family']}: {c['num_layers']} layers ({kinds}), hidden {c['hidden_size']}, vocab {c['vocab_size']}"
+        + (f", {c['mtp_num_layers']} MTP layer(s)" if c["mtp_num_layers"] else "") + "\n"
+        f"  weights   {m['build']['dtype']}, {_size(total)} on disk; max sequence {m['build']['max_seq_len']} tokens\n"
+        f"  tokenizer {'yes' + (' (with chat template)' if _has_template(result.path) else '') if m['tokenizer'] else 'none'}"
+    )
+    if result.unused_tensors:
+        click.echo(f"  note      {len(result.unused_tensors)} checkpoint tensors are not used "
+                   f"(e.g. {result.unused_tensors[0]})")
+    if m["tokenizer"]:
+        click.echo(f"\nNext: atlas-run generate {result.path} --prompt \"What is the capital of France?\"")
+    else:
+        click.echo(f"\nNext: atlas-run logits {result.path} --token-ids 1,2,3 --output logits.npy")
+
+
+def _has_template(path: Path) -> bool:
+    import json
+
+    cfg = path / "tokenizer_config.json"
+    return (cfg.is_file() and bool(json.loads(cfg.read_text()).get("chat_template"))) or (path / "chat_template.jinja").is_file()
+
+
+if __name__ == "__main__":
+    main()
