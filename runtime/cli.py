@@ -60,6 +60,9 @@ def generate(engine_dir, prompt, max_tokens, temperature, top_p, top_k, seed, ch
     from atlas.runtime.generator import SamplingParams
 
     try:
+        # Check what the user typed before spending time on loading the engine.
+        SamplingParams(max_tokens=max_tokens, temperature=temperature or 0.0,
+                       top_p=1.0 if top_p is None else top_p, top_k=top_k or 0, seed=seed)
         gen = _load(engine_dir, not no_verify)
         defaults = gen.engine.generation_defaults
         params = SamplingParams(
