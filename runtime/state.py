@@ -36,20 +36,26 @@ class SequenceState:
 
     capacity: int
     layers: list[AttentionState | GDNState]
+    """One entry per decoder layer, by the layer plan."""
+    mtp: list[AttentionState] = field(default_factory=list)
+    """KV caches of the MTP draft block's attention layers (filled by drafting, not by forward)."""
     length: int = 0
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def new(cls, config: ModelConfig, capacity: int, dtype: torch.dtype = torch.float32) -> "SequenceState":
+        shape = (capacity, config.num_kv_heads, config.head_dim)
+
+        def kv() -> AttentionState:
+            return AttentionState(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+
         layers: list[AttentionState | GDNState] = []
         for kind in config.layer_types:
             if kind == ATTENTION:
-                shape = (capacity, config.num_kv_heads, config.head_dim)
-                layers.append(AttentionState(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)))
+                layers.append(kv())
             elif kind == GDN:
                 layers.append(GDNState(
                     torch.zeros(config.gdn_conv_size, config.linear_conv_kernel - 1, dtype=dtype),
                     torch.zeros(config.linear_num_value_heads, config.linear_key_head_dim,
                                 config.linear_value_head_dim, dtype=torch.float32),
                 ))
-        return cls(capacity=capacity, layers=layers)
+        return cls(capacity=capacity, layers=layers, mtp=[kv() for _ in range(config.mtp_num_layers)])

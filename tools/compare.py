@@ -64,10 +64,8 @@ def load_hf_model(checkpoint: str):
     if checkpoint.startswith("synthetic:"):
         from atlas.tools.synthetic import write_checkpoint
 
-        tmp = Path(tempfile.mkdtemp(prefix="atlas-synthetic-"))
-        preset, _, seed = checkpoint.removeprefix("synthetic:").partition("@")
-        write_checkpoint(preset, tmp, seed=int(seed or 0))
-        path = tmp
+        path = write_checkpoint(checkpoint.removeprefix("synthetic:"), tempfile.mkdtemp(prefix="atlas-synthetic-"),
+                                progress=False)
     if path.suffix == ".gguf":
         model = transformers.AutoModelForCausalLM.from_pretrained(
             str(path.parent), gguf_file=path.name, dtype=torch.float32)

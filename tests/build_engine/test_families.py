@@ -23,3 +23,23 @@ def test_hybrid_layer_plan(tiny_engine):
     assert [entry["mixer"] for entry in manifest["layer_plan"]] == ["gdn", "gdn", "gdn", "attention"]
     assert manifest["config"]["norm_offset"] == 1.0
     assert manifest["config"]["rotary_dim"] == 8  # head_dim 32 * partial_rotary_factor 0.25
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-qwen3-next", "tiny-qwen3.5", "tiny-qwen3.5-vl"])
+def test_synthetic_checkpoints_match_transformers(preset, tmp_path, prompt_ids):
+    """`synthetic:<preset>` built straight from generated tensors vs transformers on the written checkpoint.
+
+    tiny-qwen3.5-vl has the released Qwen3.5 layout (text_config, model.language_model.*); the hybrid
+    presets carry MTP weights, which the engine keeps.
+    """
+    from atlas.build_engine.builder import BuildConfig, build
+
+    result = build(BuildConfig(f"synthetic:{preset}@7", tmp_path / "engine", progress=False))
+    config = result.manifest["config"]
+    if "qwen3" in preset and preset != "tiny-qwen3":
+        assert config["mtp_num_layers"] == 1 and "mtp.fc.weight" in result.manifest["tensors"]
+    assert result.unused_tensors == []
+    report = compare_with_hf(result.path, f"synthetic:{preset}@7", prompt_ids, steps=16)
+    print(report.summary())
+    assert report.rel_error < 1e-4
+    assert report.greedy_match
