@@ -7,20 +7,20 @@ import importlib.metadata
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from safetensors.torch import save_file
 
 from atlas.build_engine.checkpoints import Checkpoint, open_checkpoint
 from atlas.build_engine.errors import BuildError, CheckpointError
 from atlas.build_engine.families import family_for
+from atlas.build_engine.convert import Converter
+from atlas.build_engine.precision import FORMATS, PrecisionPlan
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.engine import FORMAT_NAME, FORMAT_VERSION, MANIFEST, sha256_file
 from atlas.runtime.layout import canonical_shapes
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEFAULT_MAX_SEQ_LEN = 8192
 LIBRARIES = ("torch", "safetensors", "tokenizers", "numpy", "transformers", "gguf")
 
@@ -31,7 +31,10 @@ class BuildConfig:
     """Directory, .gguf file, `synthetic:<preset>`, built-in name, or None for the default model."""
     output: Path
     dtype: str = "auto"
-    """auto | float32 | bfloat16: storage dtype of the weight matrices (norms and gates stay float32)."""
+    """auto | float32 | bfloat16 | fp8 | fp8_block | nvfp4: the linear weights' format (see precision.py).
+    auto = float32 for the CPU target, or the checkpoint's own format when it is pre-quantized."""
+    class_dtypes: dict[str, str] = field(default_factory=dict)
+    """Per-class overrides, e.g. {"lm_head": "bfloat16"}."""
     max_seq_len: int | None = None
     """Longest sequence (prompt + generated) the engine serves; default min(model limit, 8192)."""
     device: str = "cpu"
@@ -40,15 +43,17 @@ class BuildConfig:
 
     def __post_init__(self):
         self.output = Path(self.output)
-        if self.dtype not in ("auto", *DTYPES):
-            raise BuildError(f"--dtype must be one of auto, {', '.join(DTYPES)}; got '{self.dtype}'.")
+        if self.dtype not in ("auto", *FORMATS):
+            raise BuildError(f"--dtype must be one of auto, {', '.join(FORMATS)}; got '{self.dtype}'.")
         if self.device != "cpu":
             raise BuildError(f"--device {self.device} is not available yet; engines run on the CPU reference path.")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise BuildError(f"--max-seq-len must be at least 2, got {self.max_seq_len}.")
+        self.precision(None)  # validate the class overrides now
 
-    def storage_dtype(self) -> torch.dtype:
-        return DTYPES["float32" if self.dtype == "auto" else self.dtype]
+    def precision(self, prequantized: str | None) -> PrecisionPlan:
+        dtype = self.dtype if self.dtype != "auto" else (prequantized or "float32")
+        return PrecisionPlan(dtype, dict(self.class_dtypes))
 
 
 @dataclass
@@ -67,12 +72,6 @@ def _versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return out
-
-
-def _convert(name: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # Vectors (norm weights, A_log, dt_bias, biases) stay fp32: tiny, and precision-sensitive.
-    target = dtype if tensor.dim() >= 2 else torch.float32
-    return tensor.to(target).contiguous()
 
 
 def _prepare_output(cfg: BuildConfig) -> Path:
@@ -109,8 +108,14 @@ def build(cfg: BuildConfig) -> BuildResult:
     if planned != set(shapes):
         raise BuildError(f"internal: weight plan and canonical layout disagree on {sorted(planned ^ set(shapes))[:5]}")
 
+    prequantized = None
+    if ckpt.config.get("quantization_config"):
+        from atlas.build_engine.quantize.prequantized import prequantized_format
+
+        prequantized = prequantized_format(ckpt.config)
+    precision = cfg.precision(prequantized)
+    converter = Converter(ckpt, precision, prequantized)
     out = _prepare_output(cfg)
-    dtype = cfg.storage_dtype()
     files: dict[str, dict] = {}
     weight_files: list[str] = []
     used: set[str] = set()
@@ -122,21 +127,11 @@ def build(cfg: BuildConfig) -> BuildResult:
     for group, sources in groups:
         tensors = {}
         for canonical, src in sources.items():
-            parts = [ckpt.get(n) for n in src.hf_names]
+            tensors.update(converter.convert(canonical, src, shapes[canonical]))
             used.update(src.hf_names)
-            try:
-                tensor = src.combine(parts)
-            except RuntimeError as e:
-                raise CheckpointError(
-                    f"cannot form '{canonical}' from {list(src.hf_names)} of {ckpt.source}: {e}. The tensors' shapes "
-                    f"do not fit the config."
-                ) from None
-            if tuple(tensor.shape) != shapes[canonical]:
-                raise CheckpointError(
-                    f"'{canonical}' (from {', '.join(src.hf_names)}) has shape {tuple(tensor.shape)}, but the "
-                    f"config implies {shapes[canonical]}; config.json and the weights of {ckpt.source} disagree."
-                )
-            tensors[canonical] = _convert(canonical, tensor, dtype)
+            for n in src.hf_names:  # scales read alongside pre-quantized weights count as used
+                stem = n.removesuffix(".weight")
+                used.update(f"{stem}.{s}" for s in ("weight_scale", "weight_scale_2", "weight_scale_inv", "input_scale"))
         rel = f"weights/{group}.safetensors"
         save_file(tensors, str(out / rel))
         weight_files.append(rel)
@@ -153,7 +148,8 @@ def build(cfg: BuildConfig) -> BuildResult:
         "config": config.to_dict(),
         "build": {
             "checkpoint": ckpt.source,
-            "dtype": str(dtype).removeprefix("torch."),
+            "dtype": precision.dtype,
+            "class_dtypes": precision.overrides,
             "max_seq_len": max_seq_len,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         },
@@ -165,6 +161,7 @@ def build(cfg: BuildConfig) -> BuildResult:
                          if config.mtp_num_layers else []),
         "weights": weight_files,
         "tensors": sorted(shapes),
+        "weight_formats": converter.formats,
         "tokenizer": has_tokenizer,
         "generation": _generation_defaults(generation, config),
         "files": files,

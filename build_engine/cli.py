@@ -17,6 +17,8 @@ Examples:
 
   atlas-build model.Q4_1.gguf -o engines/gguf-model
 
+  atlas-build -o engines/smollm2-nvfp4 --dtype nvfp4 --class-dtype lm_head=bfloat16
+
   atlas-build synthetic:tiny-qwen3.5 -o engines/tiny   # seeded random weights, no files needed
 """
 
@@ -32,24 +34,32 @@ def _size(n: int) -> str:
 @click.argument("checkpoint", required=False)
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Engine directory to write (default: engines/<checkpoint name>).")
-@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16"]), default="auto", show_default=True,
-              help="Storage dtype of the weight matrices; auto = float32 for the CPU target.")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "fp8", "fp8_block", "nvfp4"]),
+              default="auto", show_default=True,
+              help="Format of the linear weights: float32, bfloat16, fp8 (E4M3, per-channel scales), fp8_block "
+                   "(E4M3, 128x128 block scales) or nvfp4 (E2M1 + E4M3 scale per 16 + FP32 global). auto = float32 "
+                   "for the CPU target, or the checkpoint's own format when it is pre-quantized.")
+@click.option("--class-dtype", "class_dtypes", multiple=True, metavar="CLASS=FORMAT",
+              help="Override the format of one class of weights: embed, attn, gdn, mlp, lm_head, mtp "
+                   "(e.g. --class-dtype lm_head=bfloat16). Repeatable.")
 @click.option("--max-seq-len", type=int, default=None,
               help="Longest sequence (prompt + generated) the engine serves [default: min(model limit, 8192)].")
 @click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True, help="Target device.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(checkpoint, output, dtype, max_seq_len, device, overwrite, quiet):
+def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.build_engine.checkpoints.builtin import DEFAULT_MODEL
+    from atlas.build_engine.precision import parse_class_dtypes
 
     name = Path(checkpoint or DEFAULT_MODEL).name.removesuffix(".gguf").replace("synthetic:", "synthetic-")
     output = output or Path("engines") / name
     try:
-        result = build(BuildConfig(checkpoint, output, dtype=dtype, max_seq_len=max_seq_len, device=device,
-                                   overwrite=overwrite, progress=not quiet))
+        result = build(BuildConfig(checkpoint, output, dtype=dtype, class_dtypes=parse_class_dtypes(class_dtypes),
+                                   max_seq_len=max_seq_len, device=device, overwrite=overwrite,
+                                   progress=not quiet))
     except BuildError as e:
         raise click.ClickException(str(e)) from None
     m = result.manifest
@@ -60,7 +70,7 @@ def main(checkpoint, output, dtype, max_seq_len, device, overwrite, quiet):
         f"\nBuilt engine {result.path} in {result.seconds:.1f} s\n"
         f"  model     {m['family']}: {c['num_layers']} layers ({kinds}), hidden {c['hidden_size']}, vocab {c['vocab_size']}"
         + (f", {c['mtp_num_layers']} MTP layer(s)" if c["mtp_num_layers"] else "") + "\n"
-        f"  weights   {m['build']['dtype']}, {_size(total)} on disk; max sequence {m['build']['max_seq_len']} tokens\n"
+        f"  weights   {_formats(m)}, {_size(total)} on disk; max sequence {m['build']['max_seq_len']} tokens\n"
         f"  tokenizer {'yes' + (' (with chat template)' if _has_template(result.path) else '') if m['tokenizer'] else 'none'}"
     )
     if result.unused_tensors:
@@ -70,6 +80,13 @@ def main(checkpoint, output, dtype, max_seq_len, device, overwrite, quiet):
         click.echo(f"\nNext: atlas-run generate {result.path} --prompt \"What is the capital of France?\"")
     else:
         click.echo(f"\nNext: atlas-run logits {result.path} --token-ids 1,2,3 --output logits.npy")
+
+
+def _formats(manifest: dict) -> str:
+    """'nvfp4 (lm_head bfloat16)' style summary of the weight formats."""
+    dtype = manifest["build"]["dtype"]
+    overrides = manifest["build"].get("class_dtypes") or {}
+    return dtype + (f" ({', '.join(f'{k} {v}' for k, v in overrides.items())})" if overrides else "")
 
 
 def _has_template(path: Path) -> bool:
