@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib.metadata
 import json
@@ -103,18 +104,22 @@ def build(cfg: BuildConfig) -> BuildResult:
             f"({config.max_position_embeddings}); pass a value up to that."
         )
     plan = family.weight_plan(config, hf, names)
-    shapes = canonical_shapes(config)
-    planned = {n for group in plan.groups.values() for n in group}
-    if planned != set(shapes):
-        raise BuildError(f"internal: weight plan and canonical layout disagree on {sorted(planned ^ set(shapes))[:5]}")
-
     prequantized = None
     if ckpt.config.get("quantization_config"):
         from atlas.build_engine.quantize.prequantized import prequantized_format
 
         prequantized = prequantized_format(ckpt.config)
     precision = cfg.precision(prequantized)
-    converter = Converter(ckpt, precision, prequantized)
+    if config.tie_word_embeddings and precision.format_of("lm_head.weight", 2) != precision.format_of("embed.weight", 2):
+        # A quantized LM head cannot share the float embedding table: store it as its own tensor.
+        config = dataclasses.replace(config, tie_word_embeddings=False)
+        plan.groups["head"]["lm_head.weight"] = plan.groups["embedding"]["embed.weight"]
+    shapes = canonical_shapes(config)
+    planned = {n for group in plan.groups.values() for n in group}
+    if planned != set(shapes):
+        raise BuildError(f"internal: weight plan and canonical layout disagree on {sorted(planned ^ set(shapes))[:5]}")
+
+    converter = Converter(ckpt, precision, prequantized, keep_source=prequantized is not None and cfg.dtype == "auto")
     out = _prepare_output(cfg)
     files: dict[str, dict] = {}
     weight_files: list[str] = []

@@ -19,10 +19,13 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class Converter:
-    def __init__(self, ckpt: Checkpoint, plan: PrecisionPlan, prequantized: str | None):
+    def __init__(self, ckpt: Checkpoint, plan: PrecisionPlan, prequantized: str | None, keep_source: bool = False):
         self.ckpt = ckpt
         self.plan = plan
         self.prequantized = prequantized
+        self.keep_source = keep_source
+        """Pre-quantized checkpoint built with --dtype auto: each linear keeps the checkpoint's format
+        (quantized ones theirs, excluded float ones the float base), unless a class override says otherwise."""
         self.names = set(ckpt.tensor_names())
         self.formats: dict[str, str] = {}
         """canonical linear prefix -> storage format (recorded in the manifest for the runtime)."""
@@ -57,7 +60,10 @@ class Converter:
                 f"{shape}; config.json and the weights of {self.ckpt.source} disagree."
             )
         fmt = self.plan.format_of(canonical, len(shape))
-        if tensor_class(canonical) is not None and canonical != "embed.weight":
+        cls = tensor_class(canonical)
+        if self.keep_source and cls not in (None, "embed") and cls not in self.plan.overrides:
+            fmt = self.plan.float_base if isinstance(value, torch.Tensor) else value.fmt
+        if cls is not None and cls != "embed":
             self.formats[canonical.removesuffix(".weight")] = fmt
         if not isinstance(value, torch.Tensor):  # pre-quantized
             if value.fmt == fmt:
@@ -70,7 +76,6 @@ class Converter:
         try:
             qt = quantize(value.float(), fmt)
         except ValueError as e:
-            cls = tensor_class(canonical)
             raise BuildError(
                 f"cannot store '{canonical}' {shape} as {fmt}: {e}. Keep this class in another format, "
                 f"e.g. --class-dtype {cls}=bfloat16."
@@ -79,15 +84,7 @@ class Converter:
 
 
 def combine_quantized(parts: list, src: WeightSource):
-    """Apply a fusion to pre-quantized parts: concatenation, or a row map applied to every component."""
-    from atlas.build_engine.quantize.formats import concat_rows
+    """Apply a fusion to pre-quantized parts as a row map on every component (weights and scales)."""
+    from atlas.build_engine.quantize.formats import combine_rows, concat_rows
 
-    if src.combine is concat:
-        return concat_rows(parts)
-    if len(parts) == 1:
-        return parts[0].map_rows(lambda w: src.combine([w]))
-    # A fusion that reorders rows within parts (Qwen3-Next's q/gate split): map each component.
-    raise BuildError(
-        f"the fusion of {list(src.hf_names)} reorders rows inside pre-quantized tensors, which Atlas does not "
-        f"support yet; build from the unquantized checkpoint, or pass --dtype bfloat16 to dequantize."
-    )
+    return concat_rows(parts) if src.combine is concat else combine_rows(parts, src.combine)

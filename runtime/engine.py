@@ -16,6 +16,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from atlas.plugins_trt.quant_linear.reference import dequantize
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.errors import EngineError
 
@@ -96,6 +97,22 @@ def check_files(path: Path, manifest: dict, verify_checksums: bool) -> None:
             raise EngineError(f"engine file {name} fails its SHA-256 check: it is corrupt; {rebuild_hint(manifest)}")
 
 
+SCALE_SUFFIXES = (".weight_scale", ".weight_scale_2", ".input_scale")
+
+
+def materialize(stored: dict[str, torch.Tensor], formats: dict[str, str]) -> dict[str, torch.Tensor]:
+    """Stored tensors -> fp32 compute weights for the reference runtime (quantized linears dequantized).
+
+    formats: canonical linear prefix -> storage format, from the manifest.
+    """
+    out = {k: v.float() for k, v in stored.items() if not k.endswith(SCALE_SUFFIXES)}
+    for prefix, fmt in formats.items():
+        if fmt not in ("float32", "bfloat16"):
+            out[f"{prefix}.weight"] = dequantize(fmt, stored[f"{prefix}.weight"], stored.get(f"{prefix}.weight_scale"),
+                                                 stored.get(f"{prefix}.weight_scale_2"))
+    return out
+
+
 def load_engine(path: str | Path, device: str = "cpu", verify_checksums: bool = True) -> Engine:
     """Load an engine for the reference runtime (fp32 compute on the CPU)."""
     path = Path(path)
@@ -111,13 +128,13 @@ def load_engine(path: str | Path, device: str = "cpu", verify_checksums: bool = 
         config = ModelConfig.from_dict(manifest["config"])
     except (KeyError, TypeError, ValueError) as e:
         raise EngineError(f"engine {path} has an invalid model config ({e}); {rebuild_hint(manifest)}") from None
-    weights: dict[str, torch.Tensor] = {}
+    stored: dict[str, torch.Tensor] = {}
     for name in manifest["weights"]:
         try:
-            tensors = load_file(str(path / name))
+            stored.update(load_file(str(path / name)))
         except (SafetensorError, OSError) as e:
             raise EngineError(f"cannot read engine file {name}: {e}; {rebuild_hint(manifest)}") from None
-        weights.update({k: v.float() for k, v in tensors.items()})
+    weights = materialize(stored, manifest.get("weight_formats", {}))
     missing = sorted(set(manifest.get("tensors", [])) - set(weights))
     if missing:
         raise EngineError(f"engine {path} lacks tensors {missing[:5]}; {rebuild_hint(manifest)}")

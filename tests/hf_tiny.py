@@ -35,12 +35,14 @@ def _randomize_norms(model: torch.nn.Module, seed: int) -> None:
                 p.add_(torch.randn(p.shape, generator=g) * 0.1)
 
 
-def make_checkpoint(family: str, path: Path, seed: int = 0) -> Path:
+def make_checkpoint(family: str, path: Path, seed: int = 0, **overrides) -> Path:
     """Write a tiny random checkpoint of `family` to `path` (config.json + model.safetensors)."""
     import transformers
 
     torch.manual_seed(seed)
     config = FAMILIES[family]()
+    for key, value in overrides.items():
+        setattr(config, key, value)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     _randomize_norms(model, seed)
     model.save_pretrained(path)
