@@ -39,6 +39,8 @@ class BuildConfig:
     max_seq_len: int | None = None
     """Longest sequence (prompt + generated) the engine serves; default min(model limit, 8192)."""
     device: str = "cpu"
+    onnx: bool = True
+    """Export onnx/<layer_type>.onnx (one graph per canonical layer type)."""
     overwrite: bool = False
     progress: bool = True
 
@@ -140,6 +142,14 @@ def build(cfg: BuildConfig) -> BuildResult:
         rel = f"weights/{group}.safetensors"
         save_file(tensors, str(out / rel))
         weight_files.append(rel)
+    onnx_graphs = {}
+    if cfg.onnx:
+        from atlas.build_engine.onnx_export import export_onnx
+
+        try:
+            onnx_graphs = export_onnx(config, out / "onnx", converter.formats)
+        except ValueError as e:
+            raise BuildError(f"cannot export the ONNX graphs: {e}. Pass --no-onnx to build without them.") from None
     has_tokenizer = ckpt.export_tokenizer(out)
     for file in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = str(file.relative_to(out))
@@ -167,6 +177,7 @@ def build(cfg: BuildConfig) -> BuildResult:
         "weights": weight_files,
         "tensors": sorted(shapes),
         "weight_formats": converter.formats,
+        "onnx": onnx_graphs,
         "tokenizer": has_tokenizer,
         "generation": _generation_defaults(generation, config),
         "files": files,

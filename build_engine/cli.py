@@ -45,9 +45,11 @@ def _size(n: int) -> str:
 @click.option("--max-seq-len", type=int, default=None,
               help="Longest sequence (prompt + generated) the engine serves [default: min(model limit, 8192)].")
 @click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True, help="Target device.")
+@click.option("--onnx/--no-onnx", default=True, show_default=True,
+              help="Export one ONNX graph per layer type into onnx/ (for atlas-compare --reference onnx).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, overwrite, quiet):
+def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, onnx, overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
@@ -58,7 +60,7 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, overwrite
     output = output or Path("engines") / name
     try:
         result = build(BuildConfig(checkpoint, output, dtype=dtype, class_dtypes=parse_class_dtypes(class_dtypes),
-                                   max_seq_len=max_seq_len, device=device, overwrite=overwrite,
+                                   max_seq_len=max_seq_len, device=device, onnx=onnx, overwrite=overwrite,
                                    progress=not quiet))
     except BuildError as e:
         raise click.ClickException(str(e)) from None
@@ -73,6 +75,8 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, overwrite
         f"  weights   {_formats(m)}, {_size(total)} on disk; max sequence {m['build']['max_seq_len']} tokens\n"
         f"  tokenizer {'yes' + (' (with chat template)' if _has_template(result.path) else '') if m['tokenizer'] else 'none'}"
     )
+    if m["onnx"]:
+        click.echo(f"  onnx      {', '.join(m['onnx'])} (opset {next(iter(m['onnx'].values()))['opset']})")
     if result.unused_tensors:
         click.echo(f"  note      {len(result.unused_tensors)} checkpoint tensors are not used "
                    f"(e.g. {result.unused_tensors[0]})")

@@ -63,7 +63,7 @@ class Converter:
         cls = tensor_class(canonical)
         if self.keep_source and cls not in (None, "embed") and cls not in self.plan.overrides:
             fmt = self.plan.float_base if isinstance(value, torch.Tensor) else value.fmt
-        if cls is not None and cls != "embed":
+        if cls is not None:
             self.formats[canonical.removesuffix(".weight")] = fmt
         if not isinstance(value, torch.Tensor):  # pre-quantized
             if value.fmt == fmt:

@@ -30,7 +30,8 @@ def test_quantized_engine_is_the_float_model_with_rounded_weights(family, fmt, t
     ref = load_engine(tiny_engine(family))
     built = build(BuildConfig(str(tiny_checkpoint(family)), tmp_path / "q", dtype=fmt, progress=False))
     q = load_engine(built.path)
-    formats = built.manifest["weight_formats"]
+    formats = dict(built.manifest["weight_formats"])
+    assert formats.pop("embed") == ("bfloat16" if fmt != "float32" else "float32")  # a float base, never quantized
     assert formats and all(f == fmt for f in formats.values())
     for prefix in formats:
         w = ref.weights[f"{prefix}.weight"] if f"{prefix}.weight" in ref.weights else ref.weights["embed.weight"]
@@ -141,7 +142,7 @@ def test_prequantized_modelopt_checkpoint(family, fmt, tiny_checkpoint, tmp_path
     ref = load_engine(build(BuildConfig(str(deq), tmp_path / "ref", dtype="float32", progress=False)).path)
     for prefix, f in built.manifest["weight_formats"].items():
         expected = ref.weights[f"{prefix}.weight"]
-        if prefix == "lm_head":  # excluded from quantization: kept as the float base, bfloat16
+        if prefix in ("lm_head", "embed"):  # excluded from quantization: kept as the float base, bfloat16
             assert f == "bfloat16"
             expected = expected.bfloat16().float()
         else:
