@@ -133,20 +133,37 @@ Examples:
   atlas-compare engines/smollm2 --reference hf --checkpoint smollm2-135m-instruct
 
   atlas-compare engines/tiny --reference hf --checkpoint ./tiny-llama --prompt "Hello" --json
+
+  atlas-compare engines/smollm2 --reference onnx --save-inputs polygraphy-inputs/
 """
 
 
 @click.command(epilog=EXAMPLES)
 @click.argument("engine_dir", type=click.Path(path_type=Path))
-@click.option("--reference", type=click.Choice(["hf"]), default="hf", show_default=True,
-              help="What to compare against: hf = Hugging Face transformers on the source checkpoint.")
+@click.option("--reference", type=click.Choice(["hf", "onnx"]), default="hf", show_default=True,
+              help="hf: Hugging Face transformers on the source checkpoint, whole model. onnx: each layer "
+                   "type's ONNX graph in ONNX Runtime against Atlas's execution of that layer (Polygraphy).")
 @click.option("--checkpoint", help="The checkpoint the engine was built from (default: the one in its manifest).")
 @click.option("--prompt", default="The capital of France is", show_default=True, help="Prompt text (tokenized by the engine).")
 @click.option("--token-ids", help="Comma-separated prompt token ids instead of --prompt.")
 @click.option("--steps", default=16, show_default=True, type=click.IntRange(0, 4096), help="Greedy decode steps.")
+@click.option("--atol", default=1e-4, show_default=True, help="--reference onnx: absolute tolerance.")
+@click.option("--rtol", default=1e-3, show_default=True, help="--reference onnx: relative tolerance.")
+@click.option("--save-inputs", type=click.Path(path_type=Path),
+              help="--reference onnx: also write each layer type's inputs as Polygraphy JSON into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def main(engine_dir, reference, checkpoint, prompt, token_ids, steps, as_json):
-    """Compare an Atlas engine's logits and greedy tokens with a reference implementation."""
+def main(engine_dir, reference, checkpoint, prompt, token_ids, steps, atol, rtol, save_inputs, as_json):
+    """Compare an Atlas engine with a reference implementation: the whole model against transformers
+    (logits and greedy tokens), or every layer type against its ONNX graph."""
+    if reference == "onnx":
+        from atlas.tools.compare_onnx import compare_onnx, summary, to_json
+
+        try:
+            results = compare_onnx(engine_dir, atol, rtol, save_inputs=save_inputs)
+        except AtlasError as e:
+            raise click.ClickException(str(e)) from None
+        click.echo(to_json(results) if as_json else summary(results, atol, rtol))
+        sys.exit(0 if all(r.passed for r in results) else 1)
     from atlas.build_engine.errors import BuildError
     from atlas.runtime.engine import read_manifest
     from atlas.runtime.tokenizer import EngineTokenizer
