@@ -1,8 +1,9 @@
 """Which storage format each canonical tensor gets: one dtype for the model, overridable per class.
 
 Classes: embed, attn, gdn, mlp, lm_head, mtp. Quantized formats apply to linear weights only
-(`*_proj.weight`, `lm_head.weight`, `mtp.fc.weight`); the embedding and other matrices (the GDN conv)
-stay in the float base dtype; vectors (norms, A_log, dt_bias, biases) are always float32.
+(`*_proj.weight`, `lm_head.weight`, `mtp.fc.weight`), and by default not to the LM head; the embedding
+and other matrices (the GDN conv) stay in the float base dtype; vectors (norms, A_log, dt_bias, biases)
+are always float32.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class PrecisionPlan:
             return self.float_base
         if cls in self.overrides:
             return self.overrides[cls]
-        return self.float_base if cls == "embed" else self.dtype
+        # The embedding is a lookup table; the LM head stays in the float base by default, as ModelOpt's
+        # FP8 / NVFP4 recipes leave it (quantize it with --class-dtype lm_head=<format>).
+        return self.float_base if cls in ("embed", "lm_head") else self.dtype
 
 
 def parse_class_dtypes(items: tuple[str, ...]) -> dict[str, str]:

@@ -68,3 +68,16 @@ def test_chat_template_matches_transformers(generator):
     if isinstance(expected_ids, dict) or hasattr(expected_ids, "input_ids"):
         expected_ids = expected_ids["input_ids"]
     assert generator.tokenizer.encode_chat(messages) == list(expected_ids)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp8", "nvfp4"])
+def test_quantized_default_model_answers(dtype, tmp_path):
+    from atlas.build_engine.builder import BuildConfig, build
+
+    engine = build(BuildConfig(None, tmp_path / dtype, dtype=dtype, max_seq_len=512, onnx=False, progress=False)).path
+    gen = Generator.load(engine)
+    ids = gen.tokenizer.encode_chat([{"role": "user", "content": PROMPTS[0]}])
+    answer = gen.tokenizer.decode(list(gen.generate(ids, SamplingParams(max_tokens=24))))
+    print(dtype, "->", answer)
+    assert "Paris" in answer

@@ -2,8 +2,8 @@
 
     python -m atlas.tools.accuracy [--checkpoint smollm2-135m-instruct] [--out tools/results/accuracy.json]
 
-Builds one engine per format (float32, bfloat16, fp8, fp8_block, nvfp4, and nvfp4 / fp8 with the LM head
-kept in bfloat16), runs each over the text sample shipped in tools/data/eval_sample.txt (teacher forcing,
+Builds one engine per format (float32, bfloat16, fp8, fp8_block, nvfp4, each with the LM head in bfloat16
+as by default, then with the LM head quantized too, and NVFP4 with FP8 MLPs), runs each over the text sample shipped in tools/data/eval_sample.txt (teacher forcing,
 one forward over the whole text), and reports perplexity and the mean KL(p_float32 ‖ p_format) of the
 next-token distributions. The CPU reference runtime dequantizes weights to fp32 and computes in fp32,
 so the figures isolate the weight format's error.
@@ -26,14 +26,16 @@ from atlas.runtime.generator import Generator
 
 SAMPLE = Path(__file__).parent / "data" / "eval_sample.txt"
 
+# name -> (--dtype, --class-dtype); quantized formats keep the LM head in bfloat16 unless told otherwise
 VARIANTS = {
     "float32": ("float32", {}),
     "bfloat16": ("bfloat16", {}),
     "fp8": ("fp8", {}),
     "fp8_block": ("fp8_block", {}),
-    "fp8 + bf16 lm_head": ("fp8", {"lm_head": "bfloat16"}),
     "nvfp4": ("nvfp4", {}),
-    "nvfp4 + bf16 lm_head": ("nvfp4", {"lm_head": "bfloat16"}),
+    "fp8 + fp8 lm_head": ("fp8", {"lm_head": "fp8"}),
+    "nvfp4 + nvfp4 lm_head": ("nvfp4", {"lm_head": "nvfp4"}),
+    "nvfp4 + fp8 mlp": ("nvfp4", {"mlp": "fp8"}),
 }
 
 
@@ -53,7 +55,7 @@ def run(checkpoint: str, variants: list[str], max_tokens: int) -> dict:
         for name in variants:
             dtype, classes = VARIANTS[name]
             t0 = time.perf_counter()
-            built = build(BuildConfig(checkpoint, Path(tmp) / name.replace(" ", "_"), dtype=dtype,
+            built = build(BuildConfig(checkpoint, Path(tmp) / f"engine{len(results)}", dtype=dtype,
                                       class_dtypes=classes, max_seq_len=max_tokens + 1, progress=False))
             weight_bytes = sum(f["bytes"] for k, f in built.manifest["files"].items() if k.startswith("weights/"))
             gen = Generator.load(built.path)
@@ -73,7 +75,7 @@ def run(checkpoint: str, variants: list[str], max_tokens: int) -> dict:
                 row["top1_agreement_vs_float32"] = float((reference.argmax(-1) == logp.argmax(-1)).double().mean())
             row["seconds"] = round(time.perf_counter() - t0, 1)
             results[name] = row
-            click.echo(f"{name:22s} ppl {row['perplexity']:8.4f}  KL {row['mean_kl_vs_float32']:.5f}  "
+            click.echo(f"{name:24s} ppl {row['perplexity']:8.4f}  KL {row['mean_kl_vs_float32']:.5f}  "
                        f"weights {weight_bytes / 2**20:7.1f} MiB", err=True)
             del gen
     return {"checkpoint": checkpoint, "sample": str(SAMPLE.name), "tokens": len(ids),

@@ -28,10 +28,11 @@ def test_quantized_engine_is_the_float_model_with_rounded_weights(family, fmt, t
     """Each linear of the quantized engine dequantizes to exactly quantize(W) of the float engine's W,
     and the logits move by no more than the format's rounding explains."""
     ref = load_engine(tiny_engine(family))
-    built = build(BuildConfig(str(tiny_checkpoint(family)), tmp_path / "q", dtype=fmt, progress=False))
+    built = build(BuildConfig(str(tiny_checkpoint(family)), tmp_path / "q", dtype=fmt,
+                              class_dtypes={"lm_head": fmt}, progress=False))
     q = load_engine(built.path)
     formats = dict(built.manifest["weight_formats"])
-    assert formats.pop("embed") == ("bfloat16" if fmt != "float32" else "float32")  # a float base, never quantized
+    assert formats.pop("embed") == "bfloat16"  # a float base, never quantized
     assert formats and all(f == fmt for f in formats.values())
     for prefix in formats:
         w = ref.weights[f"{prefix}.weight"] if f"{prefix}.weight" in ref.weights else ref.weights["embed.weight"]
@@ -49,9 +50,9 @@ def test_quantized_engine_is_the_float_model_with_rounded_weights(family, fmt, t
     assert 0 < err < bound
 
 
-def test_lm_head_can_stay_bfloat16(tiny_checkpoint, tmp_path):
+def test_lm_head_stays_bfloat16_by_default(tiny_checkpoint, tmp_path):
     built = build(BuildConfig(str(tiny_checkpoint("llama")), tmp_path / "q", dtype="nvfp4",
-                              class_dtypes={"lm_head": "bfloat16", "mlp": "fp8"}, progress=False))
+                              class_dtypes={"mlp": "fp8"}, progress=False))
     formats = built.manifest["weight_formats"]
     assert formats["lm_head"] == "bfloat16" and formats["layers.0.mlp.down_proj"] == "fp8"
     assert formats["layers.0.attn.qkv_proj"] == "nvfp4"

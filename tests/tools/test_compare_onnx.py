@@ -34,7 +34,7 @@ def test_tiny_hybrid_engines(family, tiny_engine):
 
 
 @pytest.mark.parametrize("dtype,classes", [
-    ("bfloat16", {}), ("fp8", {}), ("fp8_block", {}), ("nvfp4", {}), ("nvfp4", {"lm_head": "bfloat16", "mlp": "fp8"}),
+    ("bfloat16", {}), ("fp8", {}), ("fp8_block", {}), ("nvfp4", {}), ("nvfp4", {"lm_head": "nvfp4", "mlp": "fp8"}),
 ], ids=["bf16", "fp8", "fp8_block", "nvfp4", "mixed"])
 def test_quantized_hybrid_with_mtp(dtype, classes, tmp_path):
     built = build(BuildConfig("synthetic:tiny-qwen3.5-vl@2", tmp_path / "e", dtype=dtype, class_dtypes=classes,
