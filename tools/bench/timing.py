@@ -1,0 +1,67 @@
+"""GPU timing helpers shared by the benchmarks: copy bandwidth, and medians of CUDA-graph replays.
+
+Every timed region is captured once in a CUDA graph and replayed; launch overhead stays out of kernel
+figures. Work whose bytes fit in L2 rotates over enough copies of its inputs that each replay reads
+from device memory (H200: 60 MB of L2; `copies_for` keeps the rotation above 4x that).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable
+
+import torch
+
+L2_BYTES = 60 * 2**20
+
+
+def copies_for(bytes_per_call: int, floor_bytes: int = 4 * L2_BYTES, most: int = 64) -> int:
+    return max(1, min(most, math.ceil(floor_bytes / max(bytes_per_call, 1))))
+
+
+def graph_time(calls: list[Callable[[], None]], repeats: int = 30, warmup: int = 3) -> float:
+    """Median seconds per call of `calls` (run in order) captured in one CUDA graph and replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            for c in calls:
+                c()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times) / len(calls)
+
+
+def copy_bandwidth(nbytes: int = 4 * 2**30) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    t = graph_time([lambda: dst.copy_(src)], repeats=20)
+    return nbytes / t
+
+
+def device_info() -> dict:
+    import platform
+
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "sm_count": props.multi_processor_count,
+            "compute_capability": f"{props.major}.{props.minor}", "torch": torch.__version__,
+            "cuda": torch.version.cuda, "triton": triton.__version__, "python": platform.python_version()}
