@@ -13,16 +13,21 @@ HYBRID = dict(head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4, lin
               layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
 
+def _config(name: str, **kwargs):
+    import transformers
+
+    return getattr(transformers, name)(**kwargs)
+
+
 FAMILIES = {
-    "llama": lambda: __import__("transformers").LlamaConfig(
+    "llama": lambda: _config("LlamaConfig",
         **COMMON, rms_norm_eps=1e-5, tie_word_embeddings=False,
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
-    "llama_tied": lambda: __import__("transformers").LlamaConfig(**COMMON, tie_word_embeddings=True),
-    "qwen3": lambda: __import__("transformers").Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=False),
-    "qwen3_next": lambda: __import__("transformers").Qwen3NextConfig(
-        **COMMON, **HYBRID, num_experts=0, mlp_only_layers=[0, 1, 2, 3]),
-    "qwen3_5": lambda: __import__("transformers").Qwen3_5TextConfig(**COMMON, **HYBRID),
+    "llama_tied": lambda: _config("LlamaConfig", **COMMON, tie_word_embeddings=True),
+    "qwen3": lambda: _config("Qwen3Config", **COMMON, head_dim=32, tie_word_embeddings=False),
+    "qwen3_next": lambda: _config("Qwen3NextConfig", **COMMON, **HYBRID, num_experts=0, mlp_only_layers=[0, 1, 2, 3]),
+    "qwen3_5": lambda: _config("Qwen3_5TextConfig", **COMMON, **HYBRID),
 }
 
 
