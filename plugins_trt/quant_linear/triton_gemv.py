@@ -1,0 +1,591 @@
+"""Weight-only quantized GEMV for small M (1..16): y[M, N] = x[M, K] @ W[N, K].T (+ bias) (+ residual).
+
+Formats (engine storage, see reference.py):
+  nvfp4  weight u8 [N, K/2] (element 2j in the low nibble), weight_scale e4m3 [N, K/16], weight_scale_2 f32 [N]
+  fp8    weight e4m3 [N, K], weight_scale f32 [N]
+x and y are bf16; accumulation is fp32.
+
+Design (memory-bound: the floor is the weight bytes over bandwidth):
+  * One program owns BLOCK_N output rows and a K slice (SPLIT_K programs along grid dim 1), and walks K in
+    BLOCK_K steps. Weights are loaded as int32 words, four per thread (16-byte loads), coalesced along K.
+  * BLOCK_M == 1 (the decode step): CUDA-core path. Each word is decoded with three integer ops per element
+    (shift, arithmetic shift, mask) straight into fp32 bit patterns, no conversion instructions:
+      E2M1 nibble s.e1e0.m -> fp32 bits s<<31 | e1e0m<<22  = value * 2^-126 (exact; code 1 is the denormal 2^-127)
+      E4M3 byte   s.eeee.mmm -> fp32 bits s<<31 | eeeemmm<<20 = value * 2^-120 (exact, e4m3 subnormals too)
+    Activations are unpacked from bf16 pairs and pre-scaled by 2^100 (exact for |x| < 2^28), so every product
+    stays a normal fp32 number; the exponent offsets are undone in the epilogue. Products accumulate with FMA
+    chains per word; the nvfp4 block scale multiplies each word's partial sum (once per 8 elements).
+    The x slice each thread needs is loaded with the weights' own layout (no shared-memory exchange).
+  * BLOCK_M in 2..16: tensor-core path. Weights are dequantized in registers to bf16 (nvfp4: exactly
+    E2M1 * block scale * 2^-8; fp8: exactly the e4m3 value) and fed to tl.dot with the x tile padded to 16
+    rows (mma m16n8k16); the per-row scales are applied to the fp32 accumulator.
+  * SPLIT_K > 1: each split writes its fp32 partial (per-row scales applied) to a workspace
+    [SPLIT_K, M, N]; splitk_reduce_kernel sums the splits in a fixed order (deterministic, no atomics, no
+    memset), adds bias and residual and casts to bf16. With SPLIT_K == 1 the GEMV writes bf16 itself.
+
+Every kernel takes pointers, i32 ints and constexprs only, so that the build stage can compile it ahead of time
+(triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32))). The
+signature_<kernel> helpers return exactly that; launch_<kernel> runs the same kernel through Triton's JIT.
+Contract shared by all kernels here: every pointer is 16-byte aligned, rows are contiguous along K, and
+K % 16 == 0. The ints given to signature_* (K, N, strides) are specialisations: a kernel compiled for them runs
+only on those values (M stays a run-time argument).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+# ---- bit patterns (int32 constants spelt signed, as Triton wants them) ------------------------------------
+_E2M1_MASK = tl.constexpr(0x81C00000 - (1 << 32))  # sign bit 31 + E2M1 exponent/mantissa at fp32 bits 24..22
+_E4M3_MASK = tl.constexpr(0x87F00000 - (1 << 32))  # sign bit 31 + E4M3 exponent/mantissa at fp32 bits 26..20
+_HI16 = tl.constexpr(0xFFFF0000 - (1 << 32))
+_X_UP = tl.constexpr(2.0 ** 100)  # activation pre-scale (exact while |x| < 2^28)
+_NVFP4_FMA_DOWN = tl.constexpr(2.0 ** 26)  # 2^126 (E2M1 bits) - 2^100 (x pre-scale)
+_FP8_FMA_DOWN = tl.constexpr(2.0 ** 20)  # 2^120 (E4M3 bits) - 2^100
+_S_UP = tl.constexpr(2.0 ** 118)  # DOT path: E2M1 bits * scale * 2^118 = value * scale * 2^-8 (no overflow)
+_NVFP4_DOT_DOWN = tl.constexpr(2.0 ** 8)
+
+MMA_M = 16  # the x tile of the tensor-core path is padded to this many rows
+M_BUCKETS = (1, 2, 4, 8, 16)
+
+
+# ---- decode helpers (shared with triton_gemm) ---------------------------------------------------------------
+
+@triton.jit
+def e2m1_nibble_f32(w, T: tl.constexpr):
+    """int32 words -> fp32 E2M1 value of nibble T (element 8c+T of word c) times 2^-126, exactly."""
+    if T == 7:
+        a = w >> 6
+    else:
+        a = (w << (28 - 4 * T)) >> 6  # nibble sign lands on bit 31, the arithmetic shift fills 25..30 with it
+    return (a & _E2M1_MASK).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e4m3_byte_f32(w, B: tl.constexpr):
+    """int32 words -> fp32 E4M3 value of byte B times 2^-120, exactly (NaN codes decode to finite values)."""
+    if B == 3:
+        a = w >> 4
+    else:
+        a = (w << (24 - 8 * B)) >> 4
+    return (a & _E4M3_MASK).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def bf16_pair_f32(xw, HI: tl.constexpr):
+    """int32 holding two bf16 (element 2i low half) -> fp32 of one of them, times 2^100."""
+    if HI:
+        v = (xw & _HI16).to(tl.float32, bitcast=True)
+    else:
+        v = (xw << 16).to(tl.float32, bitcast=True)
+    return v * _X_UP
+
+
+@triton.jit
+def nvfp4_tile_bf16(w, sg):
+    """Dequantize one tile for tl.dot: words int32 [R, C] + block scales fp32 [R, C/2] -> bf16 [R, 8C].
+
+    Element [r, 8c + t] = E2M1(nibble t of w[r, c]) * sg[r, c // 2] * 2^-8, exact in bf16 (at most 6 significant
+    bits, magnitude in [2^-18, 10.5]); the caller multiplies the accumulator by 2^8 * weight_scale_2.
+    """
+    R: tl.constexpr = w.shape[0]
+    C: tl.constexpr = w.shape[1]
+    # nested joins put nibble t = 4a + 2b + c at index [..., a, b, c] (join adds a new last axis)
+    even = tl.join(tl.join(e2m1_nibble_f32(w, 0), e2m1_nibble_f32(w, 4)),
+                   tl.join(e2m1_nibble_f32(w, 2), e2m1_nibble_f32(w, 6)))
+    odd = tl.join(tl.join(e2m1_nibble_f32(w, 1), e2m1_nibble_f32(w, 5)),
+                  tl.join(e2m1_nibble_f32(w, 3), e2m1_nibble_f32(w, 7)))
+    f = tl.reshape(tl.join(even, odd), [R, C // 2, 16]) * (sg * _S_UP)[:, :, None]
+    return tl.reshape(f, [R, C * 8]).to(tl.bfloat16)
+
+
+@triton.jit
+def _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """y fp32 [BM, BN] -> out[m, n] (+ bias[n]) (+ residual[m, n]), cast to out's element type, masked."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        y += tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _split_blocks(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+    """This program's K blocks: full blocks [b_lo, b_full) and whether it also owns the partial tail block."""
+    pid_k = tl.program_id(1)
+    per_split = ((K + BLOCK_K - 1) // BLOCK_K + SPLIT_K - 1) // SPLIT_K
+    b_lo = pid_k * per_split
+    b_hi = b_lo + per_split
+    n_full = K // BLOCK_K
+    b_full = tl.minimum(b_hi, n_full)
+    has_tail = (K % BLOCK_K != 0) & (n_full >= b_lo) & (n_full < b_hi)
+    return pid_k, b_lo, b_full, has_tail
+
+
+# ---- nvfp4 ----------------------------------------------------------------------------------------------------
+
+@triton.jit
+def _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+    KW: tl.constexpr = BLOCK_K // 8
+    KG: tl.constexpr = BLOCK_K // 16
+    offs_j = tl.arange(0, KW)
+    offs_g = tl.max_contiguous(tl.arange(0, KG), 2)  # keeps the scale load in the words' layout (2 per thread)
+    xj = x32 + b * (BLOCK_K // 2) + offs_j * 4  # x word slot i of weight word j holds elements 8j+2i, 8j+2i+1
+    if MASKED:
+        wmask = (b * KW + offs_j) < K // 8
+        w = tl.load(w_rows + b * KW, mask=wmask[None, :], other=0)
+        sg = tl.load(s_rows + b * KG, mask=((b * KG + offs_g) < K // 16)[None, :], other=0)
+        x0 = tl.load(xj, mask=wmask, other=0)
+        x1 = tl.load(xj + 1, mask=wmask, other=0)
+        x2 = tl.load(xj + 2, mask=wmask, other=0)
+        x3 = tl.load(xj + 3, mask=wmask, other=0)
+    else:
+        w = tl.load(w_rows + b * KW)
+        sg = tl.load(s_rows + b * KG)
+        x0 = tl.load(xj)
+        x1 = tl.load(xj + 1)
+        x2 = tl.load(xj + 2)
+        x3 = tl.load(xj + 3)
+    sg = sg.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    sw = tl.reshape(tl.join(sg, sg), [w.shape[0], KW])  # block scale of each word (two words per block)
+    # p[n, j] = sum_t E2M1(w[n, j], t) * x[8j + t] * 2^-26, an FMA chain
+    p = e2m1_nibble_f32(w, 0) * bf16_pair_f32(x0, False)[None, :]
+    p += e2m1_nibble_f32(w, 1) * bf16_pair_f32(x0, True)[None, :]
+    p += e2m1_nibble_f32(w, 2) * bf16_pair_f32(x1, False)[None, :]
+    p += e2m1_nibble_f32(w, 3) * bf16_pair_f32(x1, True)[None, :]
+    p += e2m1_nibble_f32(w, 4) * bf16_pair_f32(x2, False)[None, :]
+    p += e2m1_nibble_f32(w, 5) * bf16_pair_f32(x2, True)[None, :]
+    p += e2m1_nibble_f32(w, 6) * bf16_pair_f32(x3, False)[None, :]
+    p += e2m1_nibble_f32(w, 7) * bf16_pair_f32(x3, True)[None, :]
+    return acc + p * sw
+
+
+@triton.jit
+def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+    KW: tl.constexpr = BLOCK_K // 8
+    KG: tl.constexpr = BLOCK_K // 16
+    offs_j = tl.arange(0, KW)
+    offs_g = tl.max_contiguous(tl.arange(0, KG), 2)
+    offs_k = tl.arange(0, BLOCK_K)
+    if MASKED:
+        w = tl.load(w_rows + b * KW, mask=((b * KW + offs_j) < K // 8)[None, :], other=0)
+        sg = tl.load(s_rows + b * KG, mask=((b * KG + offs_g) < K // 16)[None, :], other=0)
+        x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None] & ((b * BLOCK_K + offs_k) < K)[None, :], other=0.0)
+    else:
+        w = tl.load(w_rows + b * KW)
+        sg = tl.load(s_rows + b * KG)
+        x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
+    wt = nvfp4_tile_bf16(w, sg.to(tl.float8e4nv, bitcast=True).to(tl.float32))  # [BN, BK]
+    return tl.dot(x, tl.trans(wt), acc)
+
+
+@triton.jit(do_not_specialize=["M"])
+def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                      M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """NVFP4 W4A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1); block 32 * num_warps threads.
+
+    x_ptr    *bf16     [M, K], row stride stride_xm (elements)
+    w_ptr    *u8       [N, K/2] packed E2M1 (element 2j low nibble), row stride stride_wn (bytes)
+    ws_ptr   *fp8e4nv  [N, K/16] block scales, row stride stride_sn (elements)
+    ws2_ptr  *fp32     [N] per-row global scale
+    bias_ptr *bf16     [N] (read only when HAS_BIAS)
+    res_ptr  *bf16     [M, N], row stride stride_rm (read only when HAS_RESIDUAL)
+    out_ptr  *bf16     [M, N], row stride stride_om, when SPLIT_K == 1;
+             *fp32     [SPLIT_K, M, N] partials (split stride M * stride_om) when SPLIT_K > 1
+    M, N, K  i32       1 <= M <= BLOCK_M, K % 16 == 0
+    BLOCK_M  1 (CUDA-core path) or 2, 4, 8, 16 (tensor-core path); BLOCK_N, BLOCK_K powers of 2, BLOCK_K >= 32.
+    HAS_BIAS / HAS_RESIDUAL only with SPLIT_K == 1 (otherwise splitk_reduce_kernel applies them).
+    """
+    tl.static_assert(BLOCK_K % 32 == 0)
+    tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
+    pid_n = tl.program_id(0)
+    pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.minimum(offs_n, N - 1)  # clamped, so that the main loop needs no mask
+    w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + tl.arange(0, BLOCK_K // 8)[None, :]
+    s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn
+              + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
+    out_ptr += pid_k * M * stride_om
+    if BLOCK_M == 1:
+        x32 = x_ptr.to(tl.pointer_type(tl.int32))
+        acc = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
+        for b in range(b_lo, b_full):
+            acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K, False)
+        if has_tail:
+            acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b_full, K, BLOCK_K, True)
+        y = tl.sum(acc, axis=1) * (tl.load(ws2_ptr + rows) * _NVFP4_FMA_DOWN)
+        _epilogue_store(y[None, :], tl.arange(0, 1), offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                        HAS_BIAS, HAS_RESIDUAL)
+    else:
+        TILE_M: tl.constexpr = 16 if BLOCK_M < 16 else BLOCK_M
+        offs_m = tl.arange(0, TILE_M)
+        row_ok = offs_m < M
+        x_rows = x_ptr + offs_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
+        acc = tl.zeros([TILE_M, BLOCK_N], dtype=tl.float32)
+        for b in range(b_lo, b_full):
+            acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False)
+        if has_tail:
+            acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b_full, K, BLOCK_K, True)
+        y = acc * (tl.load(ws2_ptr + rows) * _NVFP4_DOT_DOWN)[None, :]
+        _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                        HAS_BIAS, HAS_RESIDUAL)
+
+
+# ---- fp8 ------------------------------------------------------------------------------------------------------
+
+@triton.jit
+def _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+    KW: tl.constexpr = BLOCK_K // 4
+    offs_j = tl.arange(0, KW)
+    xj = x32 + b * (BLOCK_K // 2) + offs_j * 2  # x word slot i of weight word j holds elements 4j+2i, 4j+2i+1
+    if MASKED:
+        wmask = (b * KW + offs_j) < K // 4
+        w = tl.load(w_rows + b * KW, mask=wmask[None, :], other=0)
+        x0 = tl.load(xj, mask=wmask, other=0)
+        x1 = tl.load(xj + 1, mask=wmask, other=0)
+    else:
+        w = tl.load(w_rows + b * KW)
+        x0 = tl.load(xj)
+        x1 = tl.load(xj + 1)
+    acc += e4m3_byte_f32(w, 0) * bf16_pair_f32(x0, False)[None, :]
+    acc += e4m3_byte_f32(w, 1) * bf16_pair_f32(x0, True)[None, :]
+    acc += e4m3_byte_f32(w, 2) * bf16_pair_f32(x1, False)[None, :]
+    acc += e4m3_byte_f32(w, 3) * bf16_pair_f32(x1, True)[None, :]
+    return acc
+
+
+@triton.jit
+def _fp8_dot_step(acc, w_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+    offs_k = tl.arange(0, BLOCK_K)
+    if MASKED:
+        kmask = (b * BLOCK_K + offs_k) < K
+        w = tl.load(w_rows + b * BLOCK_K, mask=kmask[None, :], other=0.0)
+        x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None] & kmask[None, :], other=0.0)
+    else:
+        w = tl.load(w_rows + b * BLOCK_K)
+        x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
+    return tl.dot(x, tl.trans(w.to(tl.bfloat16)), acc)  # e4m3 -> bf16 is exact
+
+
+@triton.jit(do_not_specialize=["M"])
+def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
+                    M, N, K, stride_xm, stride_wn, stride_rm, stride_om,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """FP8 (E4M3, per-output-channel scale) W8A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1).
+
+    x_ptr    *bf16     [M, K], row stride stride_xm
+    w_ptr    *fp8e4nv  [N, K], row stride stride_wn (bytes = elements)
+    ws_ptr   *fp32     [N] per-row scale
+    bias_ptr *bf16     [N] (HAS_BIAS);  res_ptr *bf16 [M, N], row stride stride_rm (HAS_RESIDUAL)
+    out_ptr  *bf16     [M, N] (SPLIT_K == 1) or *fp32 [SPLIT_K, M, N] partials, row stride stride_om
+    M, N, K  i32       1 <= M <= BLOCK_M, K % 16 == 0
+    BLOCK_M  1 (CUDA-core path) or 2, 4, 8, 16 (tensor-core path); BLOCK_K >= 16.
+    """
+    tl.static_assert(BLOCK_K % 16 == 0)
+    tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
+    pid_n = tl.program_id(0)
+    pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.minimum(offs_n, N - 1)
+    out_ptr += pid_k * M * stride_om
+    if BLOCK_M == 1:
+        w_rows = (w_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
+            + tl.arange(0, BLOCK_K // 4)[None, :]
+        x32 = x_ptr.to(tl.pointer_type(tl.int32))
+        acc = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
+        for b in range(b_lo, b_full):
+            acc = _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K, False)
+        if has_tail:
+            acc = _fp8_fma_step(acc, w_rows, x32, b_full, K, BLOCK_K, True)
+        y = tl.sum(acc, axis=1) * (tl.load(ws_ptr + rows) * _FP8_FMA_DOWN)
+        _epilogue_store(y[None, :], tl.arange(0, 1), offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                        HAS_BIAS, HAS_RESIDUAL)
+    else:
+        TILE_M: tl.constexpr = 16 if BLOCK_M < 16 else BLOCK_M
+        offs_m = tl.arange(0, TILE_M)
+        row_ok = offs_m < M
+        w_rows = w_ptr + rows[:, None] * stride_wn + tl.arange(0, BLOCK_K)[None, :]
+        x_rows = x_ptr + offs_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
+        acc = tl.zeros([TILE_M, BLOCK_N], dtype=tl.float32)
+        for b in range(b_lo, b_full):
+            acc = _fp8_dot_step(acc, w_rows, x_rows, row_ok, b, K, BLOCK_K, False)
+        if has_tail:
+            acc = _fp8_dot_step(acc, w_rows, x_rows, row_ok, b_full, K, BLOCK_K, True)
+        y = acc * tl.load(ws_ptr + rows)[None, :]
+        _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                        HAS_BIAS, HAS_RESIDUAL)
+
+
+# ---- split-K reduction ----------------------------------------------------------------------------------------
+
+@triton.jit(do_not_specialize=["M"])
+def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, stride_om,
+                         SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
+                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """out[m, :] = sum_s part[s, m, :] (+ bias) (+ residual), in split order. Grid (cdiv(N, BLOCK_N), M, 1).
+
+    part_ptr *fp32 [SPLIT_K, M, N] contiguous;  bias_ptr *bf16 [N];  res_ptr *bf16 [M, N] row stride stride_rm
+    out_ptr  *bf16 [M, N], row stride stride_om;  M, N i32.
+    """
+    m = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    y = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        y += tl.load(part_ptr + (s * M + m) * N + offs_n, mask=nmask, other=0.0)
+    _epilogue_store(y[None, :], m + tl.arange(0, 1), offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                    HAS_BIAS, HAS_RESIDUAL)
+
+
+# ---- configs (H200: 132 SMs, 4.2 TB/s) -----------------------------------------------------------------------
+
+def _gemv_configs(fma_tiles, dot_tiles) -> list[dict]:
+    """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket."""
+    out = []
+    for bm in M_BUCKETS:
+        for bn, bk, warps in (fma_tiles if bm == 1 else dot_tiles):
+            for split in (1, 2, 4, 8):
+                out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
+                            "num_warps": warps, "num_stages": 1 if bm == 1 else 3})
+    return out
+
+
+# Tiles for H200 (132 SMs). CUDA-core path: 56..164 registers a thread (see NOTES.md), several programs an SM;
+# SPLIT_K makes enough programs for N = 4096-class layers. Tensor-core path: cp.async pipelined, 3 stages.
+_DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8)]
+CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
+                                    (128, 512, 8)], _DOT_TILES)
+"""Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""
+CONFIGS_fp8_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (64, 128, 4), (128, 128, 4), (128, 256, 8)],
+                                 _DOT_TILES)
+"""Candidates for fp8_gemv_kernel (BLOCK_K 512 on the CUDA-core path costs 248 registers and an x exchange)."""
+CONFIGS_splitk_reduce = [{"BLOCK_N": bn, "num_warps": w, "num_stages": 1} for bn, w in ((512, 4), (1024, 4), (2048, 8))]
+
+
+def gemv_bucket(m: int) -> int:
+    """The smallest M bucket that holds m rows (1, 2, 4, 8, 16)."""
+    for b in M_BUCKETS:
+        if m <= b:
+            return b
+    raise ValueError(f"GEMV handles M <= {M_BUCKETS[-1]} rows, got M = {m}; use the GEMM kernels for more.")
+
+
+# ---- AOT signatures -------------------------------------------------------------------------------------------
+
+class AotSignature(NamedTuple):
+    """One kernel instance for ahead-of-time compilation: what triton.compile(ASTSource(fn, signature, constexprs,
+    attrs), target, options) needs, in the terms of atlas.build_engine.kernels.KernelSpec (see kernel_spec).
+
+    The compiled cubin takes the `params` in order, then Triton 3.6's two scratch pointers."""
+
+    fn: object
+    """The @triton.jit function."""
+    signature: dict[str, str]
+    """Every parameter name, in order -> '*bf16' / '*u8' / '*fp8e4nv' / '*fp32' / 'i32', or 'constexpr'."""
+    constexprs: dict[str, int | bool]
+    """Constexpr name -> value (from the config and the fused-epilogue flags)."""
+    divisible_by_16: tuple[str, ...]
+    """Every pointer (16-byte aligned) and every fixed int that is a multiple of 16, as the JIT specialises them;
+    without these the weight loads are not vectorised. The runtime checks them at each launch."""
+    num_warps: int
+    num_stages: int
+    grid_formula: tuple[str, str, str]
+    """Grid per dimension over the int parameters and constexprs (atlas.runtime.kernels formula syntax)."""
+
+    @property
+    def params(self) -> list[tuple[str, str]]:
+        """(name, type) of the run-time parameters, in launch order."""
+        return [(n, t) for n, t in self.signature.items() if t != "constexpr"]
+
+    @property
+    def attrs(self) -> dict[tuple[int, ...], list[list]]:
+        """ASTSource attrs: (arg index,) -> [['tt.divisibility', 16]]."""
+        index = {n: i for i, n in enumerate(self.signature)}
+        return {(index[n],): [["tt.divisibility", 16]] for n in self.divisible_by_16}
+
+    def kernel_spec(self, name: str, grid: tuple[int, ...]):
+        """The build stage's KernelSpec for this instance (compile_kernel, write_kernels, autotune take it)."""
+        from atlas.build_engine.kernels import KernelSpec
+
+        return KernelSpec(fn=self.fn, name=name, signature=dict(self.signature), constexprs=dict(self.constexprs),
+                          num_warps=self.num_warps, num_stages=self.num_stages, grid=tuple(grid),
+                          grid_formula=self.grid_formula, divisible_by_16=self.divisible_by_16)
+
+
+def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: dict, config: dict,
+                  grid_formula: tuple[str, str, str]) -> AotSignature:
+    """Assemble an AotSignature: types lists the run-time parameters, ints the values fixed at build."""
+    names = list(fn.arg_names)
+    missing = [n for n in names if n not in constexprs and n not in types]
+    if missing:
+        raise ValueError(f"{fn.__name__}: no type for parameter(s) {missing}")
+    sig = {n: ("constexpr" if n in constexprs else types[n]) for n in names}
+    div = tuple(n for n in names if sig[n].startswith("*") or (n in ints and ints[n] % 16 == 0))
+    return AotSignature(fn, sig, dict(constexprs), div, config["num_warps"], config["num_stages"], grid_formula)
+
+
+def compile_aot(spec: AotSignature, arch: int = 90):
+    """Compile one kernel instance for CUDA compute capability `arch` (no GPU needed): a triton CompiledKernel
+    whose .asm holds 'ttgir', 'ptx' and 'cubin' and whose .metadata has name, shared (dynamic shared memory
+    bytes), num_warps and the scratch sizes. (The build stage uses atlas.build_engine.kernels.compile_kernel on
+    spec.kernel_spec(...), which does the same and checks the result against the runtime launcher.)"""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+
+
+def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
+    return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+            "SPLIT_K": config["SPLIT_K"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+
+
+GEMV_GRID = ("cdiv(N, BLOCK_N)", "SPLIT_K", "1")
+
+
+def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
+                         has_residual: bool = False) -> AotSignature:
+    """nvfp4_gemv_kernel for a contiguous [N, K] weight; M stays a run-time argument (1 <= M <= BLOCK_M).
+
+    out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel)."""
+    out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
+             "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    return aot_signature(nvfp4_gemv_kernel, types, ints, _gemv_constexprs(config, has_bias, has_residual), config,
+                         GEMV_GRID)
+
+
+def signature_fp8_gemv(config: dict, N: int, K: int, has_bias: bool = False,
+                       has_residual: bool = False) -> AotSignature:
+    """fp8_gemv_kernel for a contiguous [N, K] weight (out_ptr typed as for signature_nvfp4_gemv)."""
+    out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
+    types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "bias_ptr": "*bf16", "res_ptr": "*bf16",
+             "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
+             "stride_rm": "i32", "stride_om": "i32"}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K, "stride_rm": N, "stride_om": N}
+    return aot_signature(fp8_gemv_kernel, types, ints, _gemv_constexprs(config, has_bias, has_residual), config,
+                         GEMV_GRID)
+
+
+def signature_splitk_reduce(config: dict, split_k: int, N: int, has_bias: bool = False,
+                            has_residual: bool = False) -> AotSignature:
+    """splitk_reduce_kernel summing `split_k` partials of width N."""
+    types = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "res_ptr": "*bf16", "out_ptr": "*bf16",
+             "M": "i32", "N": "i32", "stride_rm": "i32", "stride_om": "i32"}
+    cx = {"SPLIT_K": split_k, "BLOCK_N": config["BLOCK_N"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+    return aot_signature(splitk_reduce_kernel, types, {"N": N, "stride_rm": N, "stride_om": N}, cx, config,
+                         ("cdiv(N, BLOCK_N)", "M", "1"))
+
+
+def grid_gemv(config: dict, N: int) -> tuple[int, int, int]:
+    """Launch grid of nvfp4_gemv_kernel / fp8_gemv_kernel."""
+    return (triton.cdiv(N, config["BLOCK_N"]), config["SPLIT_K"], 1)
+
+
+def grid_splitk_reduce(config: dict, M: int, N: int) -> tuple[int, int, int]:
+    return (triton.cdiv(N, config["BLOCK_N"]), M, 1)
+
+
+# ---- JIT launchers (tests, autotuning) ------------------------------------------------------------------------
+
+def _check_gemv_inputs(x: torch.Tensor, N: int, K: int, config: dict, bias, residual):
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or x.shape[1] != K or x.stride(1) != 1:
+        raise ValueError(f"x must be bf16 [M, {K}] with contiguous rows, got {x.dtype} {list(x.shape)}.")
+    if K % 16:
+        raise ValueError(f"K = {K} is not a multiple of 16; keep this weight in bfloat16.")
+    M = x.shape[0]
+    if not 1 <= M <= config["BLOCK_M"]:
+        raise ValueError(f"M = {M} rows do not fit config BLOCK_M = {config['BLOCK_M']}; pick gemv_bucket(M).")
+    if bias is not None and (bias.dtype != torch.bfloat16 or tuple(bias.shape) != (N,)):
+        raise ValueError(f"bias must be bf16 [{N}], got {bias.dtype} {list(bias.shape)}.")
+    if residual is not None and (residual.dtype != torch.bfloat16 or tuple(residual.shape) != (M, N)
+                                 or residual.stride(1) != 1):
+        raise ValueError(f"residual must be bf16 [{M}, {N}] with contiguous rows, got {list(residual.shape)}.")
+    return M
+
+
+def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace):
+    """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]."""
+    M = x.shape[0]
+    split = config["SPLIT_K"]
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.stride(1) != 1:
+        raise ValueError(f"out must be bf16 [{M}, {N}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
+    if split > 1 and workspace is None:
+        workspace = torch.empty(split, M, N, dtype=torch.float32, device=x.device)
+    if split > 1 and (workspace.dtype != torch.float32 or tuple(workspace.shape) != (split, M, N)
+                      or not workspace.is_contiguous()):
+        raise ValueError(f"split-K workspace must be contiguous f32 [{split}, {M}, {N}].")
+    cx = _gemv_constexprs(config, bias is not None and split == 1, residual is not None and split == 1)
+    target = out if split == 1 else workspace
+    res = residual if residual is not None else out  # a valid pointer, never read when the flag is off
+    kernel[grid_gemv(config, N)](
+        x, *tensors, bias if bias is not None else out, res, target, M, N, K, x.stride(0), *strides,
+        res.stride(0), target.stride(-2), **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
+    if split > 1:
+        launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual)
+    return out
+
+
+def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                      weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
+                      residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                      workspace: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K] (M <= BLOCK_M); W in nvfp4 storage.
+
+    out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1."""
+    N, K = weight.shape[0], weight.shape[1] * 2
+    _check_gemv_inputs(x, N, K, config, bias, residual)
+    if weight.stride(1) != 1 or weight_scale.stride(1) != 1:
+        raise ValueError("nvfp4 weight and weight_scale rows must be contiguous.")
+    if (weight.dtype != torch.uint8 or weight_scale.dtype != torch.float8_e4m3fn
+            or tuple(weight_scale.shape) != (N, K // 16) or weight_scale_2.dtype != torch.float32
+            or tuple(weight_scale_2.shape) != (N,)):
+        raise ValueError("nvfp4 weight must be u8 [N, K/2] with e4m3 weight_scale [N, K/16] and f32 "
+                         "weight_scale_2 [N].")
+    return _run_gemv(nvfp4_gemv_kernel, x, (weight, weight_scale, weight_scale_2),
+                     (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace)
+
+
+def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, config: dict,
+                    bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+                    out: torch.Tensor | None = None, workspace: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K]; W e4m3 [N, K] with f32 weight_scale [N].
+
+    out / workspace as for launch_nvfp4_gemv."""
+    N, K = weight.shape
+    _check_gemv_inputs(x, N, K, config, bias, residual)
+    if weight.stride(1) != 1:
+        raise ValueError("fp8 weight rows must be contiguous.")
+    if (weight.dtype != torch.float8_e4m3fn or weight_scale.dtype != torch.float32
+            or tuple(weight_scale.shape) != (N,)):
+        raise ValueError("fp8 weight must be e4m3 [N, K] with f32 weight_scale [N].")
+    return _run_gemv(fp8_gemv_kernel, x, (weight, weight_scale), (weight.stride(0),), N, K, config, bias, residual,
+                     out, workspace)
+
+
+def launch_splitk_reduce(partials: torch.Tensor, out: torch.Tensor, config: dict,
+                         bias: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """out bf16 [M, N] = partials.sum(0) (+ bias) (+ residual); partials fp32 [SPLIT_K, M, N] contiguous."""
+    split, M, N = partials.shape
+    res = residual if residual is not None else out
+    splitk_reduce_kernel[grid_splitk_reduce(config, M, N)](
+        partials, bias if bias is not None else out, res, out, M, N, res.stride(0), out.stride(0),
+        SPLIT_K=split, BLOCK_N=config["BLOCK_N"], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
+        num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return out
+

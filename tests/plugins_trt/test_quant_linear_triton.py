@@ -1,0 +1,438 @@
+"""Triton quant_linear kernels (GEMV, GEMM, FP8 row quantization) against the torch reference.
+
+Without a GPU the kernels run under Triton's CPU interpreter at small shapes. TRITON_INTERPRET=1 must hold when
+triton is first imported (triton.language's own @jit helpers, tl.zeros and tl.sum among them, are decorated then)
+and while kernels run. When this module is the first to import triton it sets the variable for its imports and its
+tests and restores it in between, so kernels that other test modules define stay compilable; when another module
+imported triton for compilation first, test_interpreter_tests_in_fresh_process reruns the interpreter tests in a
+subprocess that starts with the variable set. `gpu` tests repeat the checks at real sizes on CUDA. The AOT test
+compiles every kernel for sm_90 in a subprocess, through the build stage's KernelSpec / compile_kernel.
+
+Triton 3.6's interpreter (with numpy 2.x) gets four things wrong that these kernels use; _patch_interpreter fixes
+them in this process only, and test_interpreter_patches checks each against torch:
+  1. int() of a scalar tensor fails (scalars are 1-element arrays), so loops with run-time bounds cannot start;
+  2. tl.dot on bf16 multiplies the raw uint16 bit patterns;
+  3. fp32 -> bf16 casts truncate instead of rounding to nearest even;
+  4. fp32 -> e4m3 casts lose the carry when rounding up crosses a power of two (127.6 -> 64).
+The patches make the interpreter compute what the GPU computes (RNE casts, fp32-accumulated dots); they do not
+touch the kernels, and they hold only while this module's tests run (other modules see the stock interpreter).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from atlas.build_engine.quantize import QTensor
+from atlas.build_engine.quantize.quantizer import quantize
+from atlas.plugins_trt.quant_linear.reference import pack_e2m1, quant_linear
+
+NO_GPU = not torch.cuda.is_available()
+
+
+def _patch_interpreter():
+    """Apply the four fixes; returns a function that undoes them."""
+    import triton.language as tl
+    from triton.runtime import interpreter as ti
+
+    def bf16_bits_to_f32(a):
+        return (a.astype(np.uint32) << 16).view(np.float32)
+
+    orig_patch_tensor = ti._patch_lang_tensor
+
+    def patch_tensor(tensor, scope):
+        orig_patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    orig_dot = ti.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.dtype.scalar != tl.bfloat16 and b.dtype.scalar != tl.bfloat16:
+            return orig_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        a32 = bf16_bits_to_f32(a.data) if a.dtype.scalar == tl.bfloat16 else a.data.astype(np.float32)
+        b32 = bf16_bits_to_f32(b.data) if b.dtype.scalar == tl.bfloat16 else b.data.astype(np.float32)
+        return ti.TensorHandle(np.matmul(a32, b32, dtype=np.float32) + d.data, d.dtype.scalar)
+
+    orig_cast = ti.InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            t = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)
+            return ti.TensorHandle(t.view(torch.uint16).numpy(), tl.bfloat16)
+        return orig_cast(self, src, dst_type)
+
+    orig_fp_to_fp = ti.InterpreterBuilder.create_fp_to_fp
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.float8e4nv:
+            t = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.float8_e4m3fn)  # RNE, saturating
+            return ti.TensorHandle(t.view(torch.uint8).numpy(), tl.float8e4nv)
+        return orig_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    builder = ti.InterpreterBuilder
+    saved = [(ti, "_patch_lang_tensor"), (builder, "create_dot"), (builder, "cast_impl"),
+             (builder, "create_fp_trunc"), (builder, "create_fp_to_fp")]
+    saved = [(obj, name, obj.__dict__[name]) for obj, name in saved]
+    ti._patch_lang_tensor = patch_tensor
+    builder.create_dot = create_dot
+    builder.cast_impl = cast_impl
+    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
+    builder.create_fp_to_fp = create_fp_to_fp
+
+    def undo():
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+    return undo
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fixed_interpreter():
+    if not INTERPRET:
+        yield
+        return
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    undo = _patch_interpreter()
+    yield
+    undo()
+    _restore_env(saved)
+
+
+def _restore_env(saved):
+    if saved is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = saved
+
+
+_saved_env = os.environ.get("TRITON_INTERPRET")
+if NO_GPU and "triton" not in sys.modules:
+    os.environ["TRITON_INTERPRET"] = "1"
+try:
+    import triton.language as _tl  # noqa: E402
+
+    from atlas.plugins_trt.quant_linear import triton_gemm as GM  # noqa: E402
+    from atlas.plugins_trt.quant_linear import triton_gemv as GV  # noqa: E402
+finally:
+    _restore_env(_saved_env)
+
+# True where the interpreter tests can run in this process: no GPU, and triton (with these kernels) was imported
+# under TRITON_INTERPRET=1.
+INTERPRET = NO_GPU and all(type(f).__name__ == "InterpretedFunction" for f in (_tl.zeros, GV.nvfp4_gemv_kernel))
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+cpu_only = pytest.mark.skipif(not INTERPRET, reason=(
+    "triton was imported for compilation before this module; test_interpreter_tests_in_fresh_process runs these"
+    if NO_GPU else "interpreter test (runs where no GPU is present)"))
+
+
+def rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def random_weight(fmt, n, k, g, codes=False):
+    """A quantized weight. codes=True draws every E2M1 code and e4m3 scales down to subnormals (nvfp4 only)."""
+    if fmt == "nvfp4" and codes:
+        c = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+        bits = torch.randint(1, 0x7F, (n, k // 16), generator=g, dtype=torch.uint8)  # positive, finite
+        return QTensor("nvfp4", pack_e2m1(c), bits.view(torch.float8_e4m3fn), torch.rand(n, generator=g) * 1e-2 + 1e-3)
+    return quantize(torch.randn(n, k, generator=g), fmt)
+
+
+def to_device(qt):
+    return QTensor(qt.fmt, qt.weight.to(DEVICE), qt.weight_scale.to(DEVICE),
+                   None if qt.weight_scale_2 is None else qt.weight_scale_2.to(DEVICE))
+
+
+def reference(x, qt, bias, residual):
+    """fp32: quant_linear on fp32 inputs (+ residual)."""
+    y = quant_linear(x.float(), qt, None if bias is None else bias.float())
+    return y if residual is None else y + residual.float()
+
+
+def run_gemv(fmt, x, qt, config, bias, residual):
+    out = torch.full((x.shape[0], qt.shape[0]), float("nan"), dtype=torch.bfloat16, device=x.device)
+    ws = None
+    if config["SPLIT_K"] > 1:
+        ws = torch.full((config["SPLIT_K"], x.shape[0], qt.shape[0]), float("nan"), device=x.device)
+    if fmt == "nvfp4":
+        return GV.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, config, bias, residual, out, ws)
+    return GV.launch_fp8_gemv(x, qt.weight, qt.weight_scale, config, bias, residual, out, ws)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_weight(fmt, n, k):
+    """One random weight per (format, shape) for the GPU tests (quantizing 17M elements takes a while)."""
+    return to_device(random_weight(fmt, n, k, torch.Generator().manual_seed(n * 7 + k)))
+
+
+def check_gemv(fmt, M, N, K, config, seed, epilogue=True, codes=False, limit=1e-2, qt=None):
+    g = torch.Generator().manual_seed(seed)
+    qt = to_device(random_weight(fmt, N, K, g, codes)) if qt is None else qt
+    x = torch.randn(M, K, generator=g).bfloat16().to(DEVICE)
+    bias = torch.randn(N, generator=g).bfloat16().to(DEVICE) if epilogue else None
+    residual = torch.randn(M, N, generator=g).bfloat16().to(DEVICE) if epilogue else None
+    got = run_gemv(fmt, x, qt, config, bias, residual)
+    want = reference(x, qt, bias, residual)
+    assert got.shape == (M, N) and got.dtype == torch.bfloat16
+    assert not got.isnan().any(), "output not fully written"
+    err, floor = rel(got, want), rel(want.bfloat16(), want)
+    print(f"{fmt} gemv M={M} N={N} K={K} {config}: rel err {err:.2e} (bf16 rounding of the reference {floor:.2e})")
+    assert err < limit
+    return err
+
+
+# ---- CPU (interpreter) ----------------------------------------------------------------------------------------
+
+def _cfg(bm, bn=32, bk=32, split=1, warps=4, stages=1):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps, "num_stages": stages}
+
+
+# (M, config): BLOCK_M 1 is the CUDA-core path, BLOCK_M 4 and 16 the tensor-core path; K = 80 leaves a partial
+# tail block of 16, N = 104 a partial row block; SPLIT_K 4 over three K blocks leaves one split empty.
+GEMV_CASES = [(1, _cfg(1)), (1, _cfg(1, split=4)), (3, _cfg(4)), (3, _cfg(4, split=2)), (16, _cfg(16, bk=64, split=2))]
+
+
+@cpu_only
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
+@pytest.mark.parametrize("M,config", GEMV_CASES, ids=lambda v: f"M{v}" if isinstance(v, int) else
+                         f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}")
+def test_gemv_interpreter(fmt, M, config):
+    check_gemv(fmt, M, 104, 80, config, seed=len(fmt) * 1000 + M * 100 + config["BLOCK_M"] * 10 + config["SPLIT_K"])
+
+
+@cpu_only
+@pytest.mark.parametrize("bm", [1, 4])
+def test_gemv_interpreter_every_code_no_epilogue(bm):
+    """All 16 E2M1 codes, subnormal block scales, no bias / residual, K a multiple of BLOCK_K (no tail)."""
+    check_gemv("nvfp4", 1 if bm == 1 else 4, 40, 128, _cfg(bm, bk=64), seed=10 + bm, epilogue=False, codes=True)
+
+
+def run_gemm(fmt, x, qt, config, bias, residual, quant_config):
+    M, N = x.shape[0], qt.shape[0]
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=x.device)
+    if fmt == "nvfp4":
+        return GM.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, config, bias, residual, out)
+    xq = torch.full(x.shape, float("nan"), device=x.device).to(torch.float8_e4m3fn)
+    xs = torch.full((M,), float("nan"), device=x.device)
+    GM.launch_quantize_rows_fp8(x, quant_config, out=(xq, xs))
+    assert not xs.isnan().any() and not xq.float().isnan().any(), "quantized activations not fully written"
+    return GM.launch_fp8_gemm(xq, xs, qt.weight, qt.weight_scale, config, bias, residual, out)
+
+
+def quantize_rows_torch(x):
+    """x_q = RNE_e4m3(x * RN(448 / amax)), scale = RN(amax / 448), amax = 1 for a zero row (the kernel's contract)."""
+    amax = x.float().abs().amax(1).double()
+    amax = torch.where(amax > 0, amax, torch.ones_like(amax))
+    inv, scale = (448.0 / amax).float(), (amax / 448.0).float()  # correctly rounded fp32 quotients
+    return (x.float() * inv[:, None]).clamp(-448, 448).to(torch.float8_e4m3fn), scale
+
+
+def emulate_w8a8(x, qt, bias, residual):
+    """The W8A8 math in torch: per-row e4m3 activations, then the fp32 reference."""
+    xq, scale = quantize_rows_torch(x)
+    y = (xq.float() * scale[:, None]) @ qt.dequantize().T
+    y = y if bias is None else y + bias.float()
+    return y if residual is None else y + residual.float()
+
+
+def check_gemm(fmt, M, N, K, config, seed, quant_config=None, qt=None):
+    g = torch.Generator().manual_seed(seed)
+    qt = to_device(random_weight(fmt, N, K, g)) if qt is None else qt
+    x = (torch.randn(M, K, generator=g) * torch.rand(M, 1, generator=g) * 4).bfloat16().to(DEVICE)
+    bias = torch.randn(N, generator=g).bfloat16().to(DEVICE)
+    residual = torch.randn(M, N, generator=g).bfloat16().to(DEVICE)
+    got = run_gemm(fmt, x, qt, config, bias, residual, quant_config or GM.CONFIGS_quantize_rows_fp8[0])
+    assert not got.isnan().any(), "output not fully written"
+    want = reference(x, qt, bias, residual)
+    err = rel(got, want)
+    if fmt == "nvfp4":
+        print(f"nvfp4 gemm M={M} N={N} K={K}: rel err {err:.2e} (bf16 rounding {rel(want.bfloat16(), want):.2e})")
+        assert err < 1e-2
+        return
+    emu = emulate_w8a8(x, qt, bias, residual)
+    err_emu = rel(got, emu)
+    print(f"fp8 w8a8 gemm M={M} N={N} K={K}: rel err vs W8A8 emulation {err_emu:.2e}, "
+          f"vs weight-only reference {err:.2e}")
+    assert err_emu < 1e-2
+    assert err < 6e-2  # e4m3 activations: ~2-3% by construction
+
+
+@cpu_only
+@pytest.mark.parametrize("M", [64, 70])
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
+def test_gemm_interpreter(fmt, M):
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 4, "num_stages": 2}
+    check_gemm(fmt, M, 104, 80, cfg, seed=M + len(fmt), quant_config={"BLOCK_K": 32, "num_warps": 4, "num_stages": 1})
+
+
+def check_quantize_rows(M, K, config, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(M, K, generator=g) * 10 ** torch.randint(-3, 4, (M, 1), generator=g)).bfloat16()
+    x[0] = 0  # an all-zero row
+    x = x.to(DEVICE)
+    xq = torch.full((M, K), float("nan"), device=DEVICE).to(torch.float8_e4m3fn)
+    xs = torch.full((M,), float("nan"), device=DEVICE)
+    GM.launch_quantize_rows_fp8(x, config, out=(xq, xs))
+    want_q, want_s = quantize_rows_torch(x)
+    assert torch.equal(xs, want_s.to(DEVICE))
+    assert torch.equal(xq.view(torch.uint8), want_q.view(torch.uint8).to(DEVICE)), "x_q is not RNE(x * 448 / amax)"
+
+
+@cpu_only
+def test_quantize_rows_fp8_interpreter_is_exact():
+    check_quantize_rows(5, 96, {"BLOCK_K": 32, "num_warps": 4, "num_stages": 1}, seed=7)
+
+
+@cpu_only
+def test_interpreter_patches():
+    """Each patched interpreter operation now agrees with torch (see the module docstring)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(x_ptr, a_ptr, b_ptr, bf_ptr, q_ptr, c_ptr, n_ptr, K, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        tl.store(bf_ptr + offs, x.to(tl.bfloat16))
+        tl.store(q_ptr + offs, x.to(tl.float8e4nv))
+        r = tl.arange(0, 16)
+        a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
+        tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, b))
+        count = 0
+        for _ in range(tl.program_id(0), K):
+            count += 1
+        tl.store(n_ptr, count)
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([torch.tensor([127.6, -31.9, 7.9, 1.0 + 3 * 2.0 ** -9]), torch.randn(60, generator=g) * 50])
+    a, b = (torch.randn(16, 16, generator=g).bfloat16() for _ in range(2))
+    bf, q = torch.empty(64, dtype=torch.bfloat16), torch.empty(64, dtype=torch.float8_e4m3fn)
+    c, n = torch.empty(16, 16), torch.zeros(1, dtype=torch.int32)
+    probe[(1,)](x, a, b, bf, q, c, n, 5, BLOCK=64)
+    assert torch.equal(bf, x.bfloat16())
+    assert torch.equal(q.view(torch.uint8), x.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8))
+    assert rel(c, a.float() @ b.float()) < 1e-6
+    assert int(n) == 5
+
+
+@pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")
+def test_interpreter_tests_in_fresh_process():
+    """Another module imported triton for compilation first: rerun this module's interpreter tests in a process
+    that imports triton with TRITON_INTERPRET=1."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                           "interpreter and not fresh_process"], capture_output=True, text=True, env=env, timeout=600)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout.split("\n")[-2], "interpreter tests did not run"
+
+
+# ---- AOT compilation for sm_90 (no GPU needed) ----------------------------------------------------------------
+
+AOT_SCRIPT = r"""
+import json, re, subprocess, tempfile, time
+from pathlib import Path
+import triton
+from atlas.build_engine.kernels import compile_kernel
+from atlas.plugins_trt.quant_linear import triton_gemm as GM, triton_gemv as GV
+
+cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+N, K = 4096, 4096
+gemv = lambda bm, split: {"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": split, "num_warps": 4,
+                          "num_stages": 1 if bm == 1 else 3}
+gemm = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+fp8_gemm = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+red, quant = GV.CONFIGS_splitk_reduce[0], GM.CONFIGS_quantize_rows_fp8[1]
+cases = {  # name: (AotSignature, grid)
+    "nvfp4_gemv.BM1": (GV.signature_nvfp4_gemv(gemv(1, 1), N, K, True, True), GV.grid_gemv(gemv(1, 1), N)),
+    "nvfp4_gemv.BM1.S4": (GV.signature_nvfp4_gemv(gemv(1, 4), N, K), GV.grid_gemv(gemv(1, 4), N)),
+    "nvfp4_gemv.BM16": (GV.signature_nvfp4_gemv(gemv(16, 1), N, K, True, True), GV.grid_gemv(gemv(16, 1), N)),
+    "fp8_gemv.BM1": (GV.signature_fp8_gemv(gemv(1, 1), N, K, True, True), GV.grid_gemv(gemv(1, 1), N)),
+    "fp8_gemv.BM16.S2": (GV.signature_fp8_gemv(gemv(16, 2), N, K), GV.grid_gemv(gemv(16, 2), N)),
+    "splitk_reduce": (GV.signature_splitk_reduce(red, 4, N, True, True), GV.grid_splitk_reduce(red, 1, N)),
+    "nvfp4_gemm": (GM.signature_nvfp4_gemm(gemm, N, K, True, True), GM.grid_gemm(gemm, 2048, N)),
+    "quantize_rows_fp8": (GM.signature_quantize_rows_fp8(quant, K), GM.grid_quantize_rows_fp8(quant, 2048)),
+    "fp8_gemm": (GM.signature_fp8_gemm(fp8_gemm, N, K, True, True), GM.grid_gemm(fp8_gemm, 2048, N)),
+}
+report = {}
+for name, (sig, grid) in cases.items():
+    t = time.time()
+    k = GV.compile_aot(sig)
+    seconds = round(time.time() - t, 2)
+    built = compile_kernel(sig.kernel_spec(name, grid))  # the build stage's path, checked for the runtime
+    assert built.cubin == k.asm["cubin"], name
+    entry = {"seconds": seconds, "dyn_shared": k.metadata.shared, "global_scratch": k.metadata.global_scratch_size,
+             "ptx_v4_loads": k.asm["ptx"].count("ld.global.v4"), "wgmma": k.asm["ptx"].count("wgmma.mma_async"),
+             "params": len(sig.params)}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"]); f.flush()
+        usage = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True).stdout
+    for key in ("REG", "STACK", "LOCAL"):  # cuobjdump's SHARED is the static 1 KB Triton reserves
+        m = re.search(key + r":(\d+)", usage)
+        entry[key.lower()] = int(m.group(1)) if m else None
+    report[name] = entry
+print(json.dumps(report))
+"""
+
+
+def test_aot_compile_sm90(tmp_path):
+    """Every kernel compiles for sm_90 through ASTSource + signature_<kernel>; prints registers, spills, smem."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")  # compile for real, and time it
+    proc = subprocess.run([sys.executable, "-c", AOT_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, e in report.items():
+        print(f"{name:20s} regs {e['reg']:>3}  stack {e['stack']}  local(spill) {e['local']}  "
+              f"dynamic smem {e['dyn_shared']:>6} B  v4 loads {e['ptx_v4_loads']:>2}  wgmma {e['wgmma']:>2}  "
+              f"{e['seconds']} s")
+        assert e["local"] == 0 and e["stack"] == 0, f"{name} spills registers"
+        assert e["global_scratch"] == 0
+    for name in ("nvfp4_gemv.BM1", "fp8_gemv.BM1"):
+        assert report[name]["ptx_v4_loads"] > 0, f"{name}: weights are not loaded 16 bytes at a time"
+    for name in ("nvfp4_gemm", "fp8_gemm"):
+        assert report[name]["wgmma"] > 0, f"{name} does not use wgmma"
+
+
+# ---- GPU ------------------------------------------------------------------------------------------------------
+
+ODD = (4096 + 64 + 8, 4096 + 16)  # N, K: partial row block, K a multiple of 16 only (unaligned nvfp4 rows)
+ALIGNED = (4096, 4096)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [ODD, ALIGNED], ids=["odd", "aligned"])
+@pytest.mark.parametrize("M", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
+def test_gemv_gpu(fmt, M, shape):
+    configs = GV.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else GV.CONFIGS_fp8_gemv
+    bucket = GV.gemv_bucket(M)
+    picks = [c for c in configs if c["BLOCK_M"] == bucket and c["SPLIT_K"] in (1, 4)][:4]
+    for i, cfg in enumerate(picks):
+        check_gemv(fmt, M, *shape, cfg, seed=100 * M + i, epilogue=i % 2 == 0, qt=cached_weight(fmt, *shape))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [ODD, ALIGNED], ids=["odd", "aligned"])
+@pytest.mark.parametrize("M", [64, 256, 2048])
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
+def test_gemm_gpu(fmt, M, shape):
+    configs = GM.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else GM.CONFIGS_fp8_gemm
+    for i, cfg in enumerate(configs[::3]):
+        check_gemm(fmt, M, *shape, cfg, seed=M + i, qt=cached_weight(fmt, *shape))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K", [4096 + 16, 17408])
+def test_quantize_rows_fp8_gpu_is_exact(K):
+    for cfg in GM.CONFIGS_quantize_rows_fp8:
+        check_quantize_rows(37, K, cfg, seed=K)
