@@ -41,6 +41,8 @@ class BuildConfig:
     device: str = "cpu"
     onnx: bool = True
     """Export onnx/<layer_type>.onnx (one graph per canonical layer type)."""
+    autotune: bool = True
+    """--device cuda on a GPU machine: time candidate kernel configs per shape and M bucket (else heuristic)."""
     overwrite: bool = False
     progress: bool = True
 
@@ -48,14 +50,15 @@ class BuildConfig:
         self.output = Path(self.output)
         if self.dtype not in ("auto", *FORMATS):
             raise BuildError(f"--dtype must be one of auto, {', '.join(FORMATS)}; got '{self.dtype}'.")
-        if self.device != "cpu":
-            raise BuildError(f"--device {self.device} is not available yet; engines run on the CPU reference path.")
+        if self.device not in ("cpu", "cuda"):
+            raise BuildError(f"--device must be cpu or cuda, got '{self.device}'.")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise BuildError(f"--max-seq-len must be at least 2, got {self.max_seq_len}.")
         self.precision(None)  # validate the class overrides now
 
     def precision(self, prequantized: str | None) -> PrecisionPlan:
-        dtype = self.dtype if self.dtype != "auto" else (prequantized or "float32")
+        default = "float32" if self.device == "cpu" else "bfloat16"
+        dtype = self.dtype if self.dtype != "auto" else (prequantized or default)
         return PrecisionPlan(dtype, dict(self.class_dtypes))
 
 
@@ -150,6 +153,9 @@ def build(cfg: BuildConfig) -> BuildResult:
             onnx_graphs = export_onnx(config, out / "onnx", converter.formats)
         except ValueError as e:
             raise BuildError(f"cannot export the ONNX graphs: {e}. Pass --no-onnx to build without them.") from None
+    kernels, linear_kernels, target = {}, {}, {"device": cfg.device}
+    if cfg.device == "cuda":
+        kernels, linear_kernels, target = _compile_kernels(config, converter.formats, out, cfg.autotune)
     has_tokenizer = ckpt.export_tokenizer(out)
     for file in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = str(file.relative_to(out))
@@ -168,7 +174,7 @@ def build(cfg: BuildConfig) -> BuildResult:
             "max_seq_len": max_seq_len,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         },
-        "target": {"device": cfg.device},
+        "target": target,
         "libraries": _versions(),
         "layer_plan": [{"index": i, "type": f"{kind}_mlp", "mixer": kind, "mlp": "dense"}
                        for i, kind in enumerate(config.layer_types)]
@@ -178,12 +184,32 @@ def build(cfg: BuildConfig) -> BuildResult:
         "tensors": sorted(shapes),
         "weight_formats": converter.formats,
         "onnx": onnx_graphs,
+        "kernels": kernels,
+        "linear_kernels": linear_kernels,
         "tokenizer": has_tokenizer,
         "generation": _generation_defaults(generation, config),
         "files": files,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return BuildResult(out, manifest, time.perf_counter() - t0, sorted(names - used))
+
+
+def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path,
+                     autotune: bool) -> tuple[dict, dict, dict]:
+    """Every GPU kernel the engine needs, compiled for sm_90; autotuned when this machine has the GPU."""
+    import torch
+
+    from atlas.build_engine.linear_kernels import compile_linear_kernels
+
+    arch = 90
+    tune = autotune and torch.cuda.is_available()
+    if tune:
+        major, minor = torch.cuda.get_device_capability()
+        arch = 10 * major + minor
+        if arch != 90:
+            raise BuildError(f"this GPU is sm_{arch}; Atlas's kernels target Hopper (sm_90) for now.")
+    table, plan = compile_linear_kernels(config, formats, out / "kernels", tune=tune)
+    return table, plan, {"device": "cuda", "arch": arch, "autotuned": tune}
 
 
 def _generation_defaults(generation: dict, config: ModelConfig) -> dict:

@@ -37,19 +37,23 @@ def _size(n: int) -> str:
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "fp8", "fp8_block", "nvfp4"]),
               default="auto", show_default=True,
               help="Format of the linear weights: float32, bfloat16, fp8 (E4M3, per-channel scales), fp8_block "
-                   "(E4M3, 128x128 block scales) or nvfp4 (E2M1 + E4M3 scale per 16 + FP32 global). auto = float32 "
-                   "for the CPU target, or the checkpoint's own format when it is pre-quantized.")
+                   "(E4M3, 128x128 block scales) or nvfp4 (E2M1 + E4M3 scale per 16 + FP32 global). auto = float32 for "
+                   "the CPU target, bfloat16 for cuda, or the checkpoint's own format when it is pre-quantized.")
 @click.option("--class-dtype", "class_dtypes", multiple=True, metavar="CLASS=FORMAT",
               help="Override the format of one class of weights: embed, attn, gdn, mlp, lm_head, mtp "
                    "(e.g. --class-dtype lm_head=bfloat16). Repeatable.")
 @click.option("--max-seq-len", type=int, default=None,
               help="Longest sequence (prompt + generated) the engine serves [default: min(model limit, 8192)].")
-@click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True, help="Target device.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Target: cpu (the reference runtime) or cuda (Hopper, sm_90): compiles the engine's GPU "
+                   "kernels into kernels/, autotuned when run on the GPU, heuristic configs otherwise.")
+@click.option("--autotune/--no-autotune", default=True, show_default=True,
+              help="--device cuda: time candidate kernel configurations on this machine's GPU.")
 @click.option("--onnx/--no-onnx", default=True, show_default=True,
               help="Export one ONNX graph per layer type into onnx/ (for atlas-compare --reference onnx).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, onnx, overwrite, quiet):
+def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, autotune, onnx, overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
@@ -60,7 +64,8 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, onnx, ove
     output = output or Path("engines") / name
     try:
         result = build(BuildConfig(checkpoint, output, dtype=dtype, class_dtypes=parse_class_dtypes(class_dtypes),
-                                   max_seq_len=max_seq_len, device=device, onnx=onnx, overwrite=overwrite,
+                                   max_seq_len=max_seq_len, device=device, autotune=autotune, onnx=onnx,
+                                   overwrite=overwrite,
                                    progress=not quiet))
     except BuildError as e:
         raise click.ClickException(str(e)) from None
@@ -75,6 +80,9 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, onnx, ove
         f"  weights   {_formats(m)}, {_size(total)} on disk; max sequence {m['build']['max_seq_len']} tokens\n"
         f"  tokenizer {'yes' + (' (with chat template)' if _has_template(result.path) else '') if m['tokenizer'] else 'none'}"
     )
+    if m.get("kernels"):
+        tuned = "autotuned" if m["target"].get("autotuned") else "heuristic configs, not autotuned"
+        click.echo(f"  kernels   {len(m['kernels']['kernels'])} for sm_{m['target']['arch']} ({tuned})")
     if m["onnx"]:
         click.echo(f"  onnx      {', '.join(m['onnx'])} (opset {next(iter(m['onnx'].values()))['opset']})")
     if result.unused_tensors:

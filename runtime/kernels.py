@@ -168,6 +168,10 @@ class KernelTable:
     def __contains__(self, name: str) -> bool:
         return name in self.kernels
 
+    def params(self, name: str) -> list[tuple[str, str]]:
+        """(name, type) of kernel `name`'s launch arguments, in order (constexprs removed)."""
+        return [tuple(p) for p in self.kernels[name].entry["params"]]
+
     def preload(self) -> None:
         """Load every module now (call before capturing CUDA graphs: loading is no stream work)."""
         for kernel in self.kernels.values():

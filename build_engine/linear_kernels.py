@@ -1,0 +1,143 @@
+"""Kernels for the engine's quantized linears: one per (format, weight shape, M bucket), chosen and compiled at build.
+
+M buckets: the GEMV kernels serve M = 1, 2, 4, 8, 16 (one compiled instance each, M padded up);
+the GEMM kernels serve M > 16 in three buckets (<= 64, <= 256, larger). On a CUDA machine each instance's
+configuration is autotuned on random data of the real shape; without one (a CPU build for a CUDA target)
+a heuristic configuration is compiled and the table says `tuned: false`. BF16 linears use cuBLAS.
+
+The plan the runtime reads (manifest["linear_kernels"]):
+    {"nvfp4:6144x4096": {"1": {"kernel": name, "reduce": name | None, "config": {...}, "tuned": bool}, ...,
+                         "64": {...}, "256": {...}, "2048": {...}}}
+FP8 GEMM entries also name their activation-quantization kernel ("quant").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from atlas.build_engine.kernels import compile_kernel, write_kernels
+from atlas.runtime.config import ModelConfig
+from atlas.runtime.layout import canonical_shapes
+
+GEMV_BUCKETS = (1, 2, 4, 8, 16)
+GEMM_BUCKETS = (64, 256, 2048)
+KERNEL_FORMATS = ("nvfp4", "fp8")
+SM_COUNT = 132  # H200; the heuristic only needs the order of magnitude
+
+
+def bucket_for(m: int) -> int:
+    for b in GEMV_BUCKETS + GEMM_BUCKETS:
+        if m <= b:
+            return b
+    return GEMM_BUCKETS[-1]
+
+
+def shape_key(fmt: str, n: int, k: int) -> str:
+    return f"{fmt}:{n}x{k}"
+
+
+def linear_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> list[tuple[str, int, int]]:
+    """Distinct (format, N, K) of the linears that run on Atlas kernels."""
+    shapes = canonical_shapes(config)
+    out = set()
+    for prefix, fmt in weight_formats.items():
+        if fmt in KERNEL_FORMATS and prefix != "embed":
+            n, k = shapes[f"{prefix}.weight"]
+            out.add((fmt, n, k))
+    return sorted(out)
+
+
+def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int) -> list[dict]:
+    """Configs of the bucket whose grid gives the chip enough programs, best guess first."""
+    same = [c for c in configs if c["BLOCK_M"] == bucket]
+
+    def programs(c):
+        return math.ceil(n / c["BLOCK_N"]) * c["SPLIT_K"]
+
+    fit = [c for c in same if SM_COUNT <= programs(c) <= 32 * SM_COUNT] or same
+    return sorted(fit, key=lambda c: abs(math.log(programs(c) / (4 * SM_COUNT))))[:most]
+
+
+def _random_weights(fmt: str, n: int, k: int):
+    from atlas.build_engine.quantize.quantizer import quantize
+
+    g = torch.Generator(device="cuda").manual_seed(n * 31 + k)
+    return quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, fmt)
+
+
+def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict:
+    """The fastest candidate on random data of the real shape (median of do_bench, Triton's JIT)."""
+    import triton.testing
+
+    from atlas.plugins_trt.quant_linear import triton_gemm as gemm
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+
+    qt = _random_weights(fmt, n, k)
+    x = torch.randn(bucket, k, device="cuda", dtype=torch.bfloat16)
+    best, best_t = None, float("inf")
+    for cfg in candidates:
+        if bucket in GEMV_BUCKETS:
+            fn = (lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)) \
+                if fmt == "nvfp4" else (lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg))
+        else:
+            fn = (lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)) \
+                if fmt == "nvfp4" else (lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg))
+        try:
+            t = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+        except Exception:  # a config the chip cannot run is skipped
+            continue
+        if t < best_t:
+            best, best_t = cfg, t
+    if best is None:
+        raise RuntimeError(f"no kernel configuration ran for {fmt} {n}x{k} at M={bucket}")
+    return best
+
+
+def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], kernels_dir, tune: bool,
+                           candidates_per_bucket: int = 6) -> tuple[dict, dict]:
+    """Choose, compile and write every kernel the engine's quantized linears need.
+
+    Returns (kernel table for manifest["kernels"], plan for manifest["linear_kernels"]).
+    """
+    from atlas.plugins_trt.quant_linear import triton_gemm as gemm
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+
+    compiled, plan, seen = [], {}, set()
+
+    def add(sig, name, grid):
+        if name not in seen:
+            seen.add(name)
+            compiled.append(compile_kernel(sig.kernel_spec(name, grid)))
+        return name
+
+    for fmt, n, k in linear_shapes(config, weight_formats):
+        entry = plan.setdefault(shape_key(fmt, n, k), {})
+        for bucket in GEMV_BUCKETS + GEMM_BUCKETS:
+            if bucket in GEMV_BUCKETS:
+                configs = gemv.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else gemv.CONFIGS_fp8_gemv
+                cands = gemv_candidates(configs, bucket, n, candidates_per_bucket)
+            else:
+                cands = list(gemm.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else gemm.CONFIGS_fp8_gemm)
+            cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
+            tag = "_".join(f"{v}" for v in cfg.values())
+            item = {"config": cfg, "tuned": tune, "reduce": None, "quant": None}
+            if bucket in GEMV_BUCKETS:
+                sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k)
+                item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
+                if cfg["SPLIT_K"] > 1:
+                    rcfg = gemv.CONFIGS_splitk_reduce[0]
+                    rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n)
+                    item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
+                                         gemv.grid_splitk_reduce(rcfg, bucket, n))
+            else:
+                sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
+                item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))
+                if fmt == "fp8":
+                    qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
+                    item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
+                                        gemm.grid_quantize_rows_fp8(qcfg, bucket))
+            entry[str(bucket)] = item
+    table = write_kernels(compiled, kernels_dir) if compiled else {}
+    return table, plan

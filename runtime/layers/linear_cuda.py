@@ -1,0 +1,79 @@
+"""Linear layer on the GPU: the engine's precompiled NVFP4 / FP8 kernels, dispatched by M bucket; cuBLAS for BF16.
+
+Nothing is compiled here: the kernels come from the engine's kernels/ folder through KernelTable,
+and the choice per M was made at build (manifest["linear_kernels"], see build_engine/linear_kernels.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from atlas.runtime.errors import EngineError
+from atlas.runtime.kernels import KernelTable
+
+GEMV_BUCKETS = (1, 2, 4, 8, 16)
+GEMM_BUCKETS = (64, 256, 2048)
+
+
+def bucket_for(m: int) -> int:
+    for b in GEMV_BUCKETS + GEMM_BUCKETS:
+        if m <= b:
+            return b
+    return GEMM_BUCKETS[-1]
+
+
+class CudaLinear:
+    """y[M, N] = x[M, K] @ W.T (bf16 in and out), W stored in its engine format on the GPU."""
+
+    def __init__(self, fmt: str, tensors: dict[str, torch.Tensor], kernels: KernelTable | None,
+                 plan: dict | None, bias: torch.Tensor | None = None):
+        self.fmt = fmt
+        self.weight = tensors["weight"]
+        self.weight_scale = tensors.get("weight_scale")
+        self.weight_scale_2 = tensors.get("weight_scale_2")
+        self.bias = bias
+        self.kernels = kernels
+        self.plan = plan
+        self.n = self.weight.shape[0]
+        self.k = self.weight.shape[1] * (2 if fmt == "nvfp4" else 1)
+        if fmt in ("nvfp4", "fp8") and (kernels is None or not plan):
+            raise EngineError(f"no compiled kernels for a {fmt} linear {self.n}x{self.k}; rebuild the engine "
+                              f"with atlas-build --device cuda.")
+
+    def _launch(self, name: str, **args):
+        params = self.kernels.params(name)
+        self.kernels.launch(name, None, *(args[p] for p, _ in params))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [M, K] bf16 contiguous -> [M, N] bf16."""
+        if self.fmt in ("bfloat16", "float32"):
+            return F.linear(x, self.weight.to(x.dtype), self.bias)
+        m = x.shape[0]
+        entry = self.plan[str(bucket_for(m))]
+        out = torch.empty(m, self.n, device=x.device, dtype=torch.bfloat16)
+        common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
+                      stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n)
+        if self.fmt == "nvfp4":
+            common.update(w_ptr=self.weight, ws_ptr=self.weight_scale, ws2_ptr=self.weight_scale_2,
+                          stride_sn=self.weight_scale.stride(0))
+        else:
+            common.update(w_ptr=self.weight, ws_ptr=self.weight_scale)
+        if m <= GEMV_BUCKETS[-1]:
+            split = entry["config"]["SPLIT_K"]
+            if split > 1:
+                part = torch.empty(split, m, self.n, device=x.device, dtype=torch.float32)
+                self._launch(entry["kernel"], x_ptr=x, out_ptr=part, **common)
+                self._launch(entry["reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None, out_ptr=out, M=m,
+                             N=self.n, stride_rm=0, stride_om=self.n)
+            else:
+                self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
+        elif self.fmt == "nvfp4":
+            self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
+        else:  # W8A8: quantize activations per row, then the FP8 tensor-core GEMM
+            xq = torch.empty(m, self.k, device=x.device, dtype=torch.float8_e4m3fn)
+            xs = torch.empty(m, device=x.device, dtype=torch.float32)
+            self._launch(entry["quant"], x_ptr=x, xq_ptr=xq, xs_ptr=xs, M=m, K=self.k, stride_xm=x.stride(0),
+                         stride_qm=xq.stride(0))
+            self._launch(entry["kernel"], xq_ptr=xq, xs_ptr=xs, out_ptr=out, **{**common, "stride_xm": xq.stride(0)})
+        return out
