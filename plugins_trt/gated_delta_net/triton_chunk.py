@@ -1,0 +1,194 @@
+"""Chunked Gated DeltaNet prefill for variable-length batches (chunk size 64): stage 2 and the launcher.
+
+Three launches (after the conv):
+1. `triton_chunk_wy.py` (every chunk in parallel): gating, the chunk-local cumulative log2 decay G,
+   the inverse norms of q and k, and the WY factors w, u of each chunk;
+2. here (sequential over a sequence's chunks, one program per (Dv tile, value head, sequence)): from the
+   slot state, for each chunk
+
+       H_c = S                                      the state entering the chunk, stored    [DK, BV]
+       Δ   = u - w · S                              the token updates, stored               [BT, BV]
+       S  <- 2^(G_L) · S + (k̂ ⊙ 2^(G_L - G))ᵀ · Δ    (G_L: G at the chunk's last token)
+
+   then the final state back to the slot, and optionally S every `snapshot_every` tokens (a multiple
+   of 64) into a snapshot buffer. Two products per chunk on the sequential path;
+3. `triton_chunk_out.py` (every chunk in parallel): o from H_c, Δ and the raw q, k.
+
+Cost (bf16, per token): stage 1 reads k, v and writes w, u; stage 2 reads w, u, k and writes Δ and,
+per chunk, H (HV·DK·DV·2 bytes: 1.5 MB for HV 48, D 128); stage 3 reads q, k, Δ, H and writes o.
+About 6 GB for 32768 tokens of Qwen3.5-27B (HK 16, HV 48, D 128), plus the sequential walk of T/64
+chunks, two [64 × 128]-sized products each, with HV·DV/BV programs side by side.
+Measured there on the H200 (one sequence of 32768): conv 0.83 ms, stage 1 2.3 ms (2 warps; 4.1 ms at
+8), stage 2 1.26 ms (2.5 us a chunk), stage 3 1.05 ms; flash-linear-attention's whole prefill 4.3 ms.
+Stage 1 is the one to speed up (it recomputes K̂K̂ᵀ for each of a key head's HV/HK value heads, and
+spills at 2 warps). A first version fused stage 3 into stage 2 (no H in memory): with five products
+per chunk on the sequential path it ran 0.58-0.7x flash-linear-attention at 4k-32k tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
+from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wy_kernel
+
+CHUNK = 64
+
+
+@triton.jit
+def chunk_state_kernel(
+    k, stride_k,          # [total_T, HK*DK] keys after the conv (raw); row stride in elements
+    w, u, G, RK,          # stage 1: [total_T, HV, DK], [total_T, HV, DV], fp32 [total_T, HV], [total_T, HK]
+    cu_seqlens,           # int32 [N+1]
+    slots,                # int32 [N] (distinct); negative = skipped
+    chunk_first,          # int32 [N]: index of each sequence's first chunk in H
+    state,                # [num_slots, HV, DK, DV]: read at the start, overwritten with the final state
+    H,                    # [NT, HV, DK, DV] out: the state entering each chunk (dtype of H)
+    dv,                   # [total_T, HV, DV] out: the token updates Δ
+    snaps,                # [num_snaps, HV, DK, DV] (SNAPSHOT): state after every snap_every tokens
+    snap_first,           # int32 [N]: index in snaps of each sequence's first snapshot
+    snap_every,           # tokens between snapshots, a multiple of BT
+    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BT: tl.constexpr, BV: tl.constexpr, SNAPSHOT: tl.constexpr,
+    DOT_PREC: tl.constexpr,  # "tf32" (bf16 operands ignore it) or "ieee" for fp32 activations
+):
+    iv, h, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    slot = tl.load(slots + n).to(tl.int64)
+    if slot < 0:
+        return
+    bos = tl.load(cu_seqlens + n).to(tl.int64)
+    T = tl.load(cu_seqlens + n + 1) - bos
+    c0 = tl.load(chunk_first + n).to(tl.int64)
+    kh = h // (HV // HK)
+    ot = tl.arange(0, BT)
+    ck = tl.arange(0, DK)
+    cv = iv * BV + tl.arange(0, BV)
+    tile = ck[:, None] * DV + cv[None, :]  # int32 offsets of this program's [DK, BV] tile in a head's state
+    S = tl.load(state + (slot * HV + h) * (DK * DV) + tile).to(tl.float32)  # S: [DK, BV]
+    dt = k.dtype.element_ty
+    k_rows = ot[:, None] * stride_k + ck[None, :]  # int32 offsets from a chunk's first row
+    w_rows = ot[:, None] * (HV * DK) + ck[None, :]
+    u_rows = ot[:, None] * (HV * DV) + cv[None, :]
+    for c in range(tl.cdiv(T, BT)):
+        t0 = c * BT
+        r0 = bos + t0  # int64 first row of the chunk; per-element offsets stay int32
+        valid = t0 + ot < T
+        vm = valid[:, None]
+        kr = tl.load(k + r0 * stride_k + kh * DK + k_rows, mask=vm, other=0.0).to(dt)  # kr: [BT, DK]
+        wc = tl.load(w + (r0 * HV + h) * DK + w_rows, mask=vm, other=0.0).to(dt)
+        uc = tl.load(u + (r0 * HV + h) * DV + u_rows, mask=vm, other=0.0).to(tl.float32)
+        rk = tl.load(RK + (r0 + ot) * HK + kh, mask=valid, other=0.0)
+        g = tl.load(G + (r0 + ot) * HV + h, mask=valid, other=0.0)
+        g_last = tl.load(G + (bos + tl.minimum(t0 + BT, T) - 1) * HV + h)
+        Sd = S.to(dt)
+        tl.store(H + ((c0 + c) * HV + h) * (DK * DV) + tile, S.to(H.dtype.element_ty))
+        delta = uc - tl.dot(wc, Sd, input_precision=DOT_PREC)  # delta: [BT, BV]
+        tl.store(dv + (r0 * HV + h) * DV + u_rows, delta.to(dv.dtype.element_ty), mask=vm)
+        decay = tl.where(valid, tl.exp2(g_last - g), 0.0) * rk
+        S = S * tl.exp2(g_last) + tl.dot(tl.trans(kr), (delta * decay[:, None]).to(dt),
+                                         input_precision=DOT_PREC)
+        if SNAPSHOT:
+            end = t0 + BT
+            if (end % snap_every == 0) & (end <= T):
+                idx = (tl.load(snap_first + n) + end // snap_every - 1).to(tl.int64)
+                tl.store(snaps + (idx * HV + h) * (DK * DV) + tile, S.to(snaps.dtype.element_ty))
+    tl.debug_barrier()  # every thread has read its part of the initial state before it is overwritten
+    tl.store(state + (slot * HV + h) * (DK * DV) + tile, S.to(state.dtype.element_ty))
+
+
+# ---------------------------------------------------------------------------------------------- launcher
+
+
+def prepare_chunks(cu_seqlens: list[int], BT: int = CHUNK) -> torch.Tensor:
+    """int32 [NT, 2]: (sequence, chunk index) of every chunk, for stage 1's grid. Host-side metadata."""
+    out = [(n, c) for n in range(len(cu_seqlens) - 1)
+           for c in range(triton.cdiv(cu_seqlens[n + 1] - cu_seqlens[n], BT))]
+    return torch.tensor(out, dtype=torch.int32).view(-1, 2)
+
+
+def pick_bv(N: int, HV: int, DV: int, sm_count: int = 132) -> int:
+    """Dv tile of stage 2: the largest that still gives every SM a program."""
+    for bv in (64, 32):
+        if bv <= DV and N * HV * (DV // bv) >= sm_count:
+            return bv
+    return min(16, DV)
+
+
+def chunk_plan(cu_seqlens_host: list[int], device, BT: int = CHUNK) -> dict:
+    """Host-side metadata of one packed batch: `chunks` int32 [NT, 2] (sequence, chunk), sequence-major,
+    and `chunk_first` int32 [N] (each sequence's first chunk). Build it outside graph capture."""
+    counts = [triton.cdiv(cu_seqlens_host[i + 1] - cu_seqlens_host[i], BT) for i in range(len(cu_seqlens_host) - 1)]
+    first = [sum(counts[:i]) for i in range(len(counts))]
+    return {"chunks": prepare_chunks(cu_seqlens_host, BT).to(device),
+            "chunk_first": torch.tensor(first, dtype=torch.int32, device=device)}
+
+
+def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                     A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, slots: torch.Tensor,
+                     cu_seqlens: torch.Tensor, cu_seqlens_host: list[int] | None = None,
+                     snapshot_every: int = 0, snapshots: torch.Tensor | None = None,
+                     out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
+                     BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2):
+    """Chunked prefill of N packed sequences from their slot states; final states written back.
+
+    q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
+    a, b: [total_T, HV] raw gate inputs (one row stride); A_log, dt_bias [HV]; state
+    [num_slots, HV, DK, DV]; slots int32 [N] (distinct); cu_seqlens int32 [N+1] and its host copy.
+    snapshot_every > 0 (a multiple of 64): also returns the states after every snapshot_every tokens of
+    each sequence, [sum_n floor(T_n / snapshot_every), HV, DK, DV], sequence by sequence.
+    work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan`; "w", "u",
+    "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
+    three stages (stage 1 at 2 warps was the fastest of 1/2/4/8 on the H200: 2.3 ms at 32768 tokens).
+    Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
+    """
+    total_T = q.shape[0]
+    _, HV, DK, DV = state.shape
+    HK = q.shape[1] // DK
+    N = slots.numel()
+    cu = cu_seqlens_host if cu_seqlens_host is not None else [int(t) for t in cu_seqlens.tolist()]
+    if snapshot_every and snapshot_every % CHUNK:
+        raise ValueError(f"snapshot_every={snapshot_every} must be a multiple of the chunk size {CHUNK}")
+    if a.stride(0) != b.stride(0):
+        raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
+    dev, dt = q.device, q.dtype
+    work = {} if work is None else work
+    if "chunks" not in work:
+        work.update(chunk_plan(cu, dev))
+    NT = work["chunks"].shape[0]
+    shapes = {"w": ((total_T, HV, DK), dt), "u": ((total_T, HV, DV), dt), "G": ((total_T, HV), torch.float32),
+              "RQ": ((total_T, HK), torch.float32), "RK": ((total_T, HK), torch.float32),
+              "H": ((NT, HV, DK, DV), dt), "dv": ((total_T, HV, DV), dt)}
+    for name, (shape, dtype) in shapes.items():
+        if name not in work:
+            work[name] = torch.empty(shape, dtype=dtype, device=dev)
+    o = torch.empty((total_T, HV, DV), dtype=dt, device=dev) if out is None else out
+    snap_first = slots
+    if snapshot_every:
+        counts = [(cu[i + 1] - cu[i]) // snapshot_every for i in range(N)]
+        snap_first = torch.tensor([sum(counts[:i]) for i in range(N)], dtype=torch.int32, device=dev)
+        if snapshots is None:
+            snapshots = torch.empty((sum(counts), HV, DK, DV), dtype=state.dtype, device=dev)
+    if NT == 0:
+        return o, snapshots
+    # fp32 activations (tests) get fp32 products; bf16 ones run bf16 tensor-core products either way
+    prec = "ieee" if dt == torch.float32 else "tf32"
+    W = work
+    chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias,
+                              cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
+                              HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, num_warps=num_warps[0],
+                              DOT_PREC=prec)
+    BV = BV or pick_bv(N, HV, DV)
+    chunk_state_kernel[(DV // BV, HV, N)](k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu_seqlens, slots,
+                                          W["chunk_first"], state, W["H"], W["dv"],
+                                          snapshots if snapshot_every else state, snap_first,
+                                          max(snapshot_every, 1), HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV,
+                                          SNAPSHOT=bool(snapshot_every), num_warps=num_warps[1],
+                                          num_stages=num_stages, DOT_PREC=prec)
+    BVo = min(BV_out, DV)
+    chunk_out_kernel[(NT, HV, DV // BVo)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu_seqlens,
+                                          W["chunks"], W["H"], W["dv"], o, o.stride(0), HK=HK, HV=HV, DK=DK,
+                                          DV=DV, BT=CHUNK, BV=BVo, num_warps=num_warps[2],
+                                          DOT_PREC=prec)
+    return o, snapshots

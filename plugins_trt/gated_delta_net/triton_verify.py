@@ -1,0 +1,139 @@
+"""Gated DeltaNet verify of width T (2..17) per sequence, and the commit of the accepted prefix.
+
+The verify runs T tokens from the slot (conv window and state) and leaves the slot untouched. Two ways
+to roll back exactly, chosen per call:
+
+- mode "states" (per-token states): the state after each token goes to `steps [B, T, HV, DK, DV]`;
+  the commit copies steps[b, n-1] into the slot. Costs T state writes per verify (T·HV·DK·DV·4 bytes:
+  52 MB for T 17, HV 48, D 128, per sequence and layer).
+- mode "replay": nothing but the raw inputs is kept; the commit re-runs the n accepted tokens from the
+  slot, in place (one state read and write). Three state passes in all, whatever T.
+
+Both keep the raw conv inputs (`keep_x [B, T, C]`) and gate inputs (`keep_ab [B, T, 2·HV]`), and both
+commits slide the conv window by n. n = accepted[b] counts the verify tokens that stay (0..T; 0 keeps
+the slot as it was). Output of both: o [B, T, HV, DV], identical between modes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from atlas.plugins_trt.causal_conv1d.triton_conv import slide_window
+from atlas.plugins_trt.gated_delta_net.triton_recurrent import launch_recurrent, rows
+
+
+@dataclass
+class VerifyRollback:
+    """What a verify keeps for its commit (static buffers, reusable across steps of the same shape)."""
+
+    keep_x: torch.Tensor
+    """[B, T, C] raw conv inputs of the verify tokens."""
+    keep_ab: torch.Tensor
+    """[B, T, 2·HV] raw gate inputs [a | b]."""
+    steps: torch.Tensor | None
+    """[B, T, HV, DK, DV] state after each token (mode "states"), else None."""
+
+    @classmethod
+    def empty(cls, B: int, T: int, C: int, HV: int, DK: int, DV: int, dtype: torch.dtype, device,
+              mode: str = "states", state_dtype: torch.dtype = torch.float32) -> "VerifyRollback":
+        if mode not in ("states", "replay"):
+            raise ValueError(f"mode must be 'states' or 'replay', got {mode!r}")
+        steps = torch.empty((B, T, HV, DK, DV), dtype=state_dtype, device=device) if mode == "states" else None
+        return cls(torch.empty((B, T, C), dtype=dtype, device=device),
+                   torch.empty((B, T, 2 * HV), dtype=dtype, device=device), steps)
+
+    @property
+    def T(self) -> int:
+        return self.keep_x.shape[1]
+
+
+def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, conv_weight: torch.Tensor,
+                      A_log: torch.Tensor, dt_bias: torch.Tensor, window: torch.Tensor, state: torch.Tensor,
+                      slots: torch.Tensor, num_k_heads: int, rollback: VerifyRollback,
+                      conv_bias: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                      norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
+                      out: torch.Tensor | None = None, BV: int | None = None,
+                      num_warps: int | None = None) -> torch.Tensor:
+    """Verify T tokens per sequence from the slots without changing them.
+
+    mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
+    z: [B, T, HV·DV] (optional fused gated norm). Returns o [B, T, HV, DV]; fills `rollback`.
+    """
+    B, T, C = mixed_qkv.shape
+    _, HV, DK, DV = state.shape
+    o = torch.empty((B, T, HV, DV), dtype=mixed_qkv.dtype, device=mixed_qkv.device) if out is None else out
+    launch_recurrent(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight, conv_bias,
+                     A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T, o=o.view(B * T, HV * DV),
+                     z=rows(z, "z", HV * DV) if z is not None else None, norm_weight=norm_weight,
+                     norm_eps=norm_eps, steps=rollback.steps, keep_x=rollback.keep_x.view(B * T, C),
+                     keep_ab=rollback.keep_ab.view(B * T, 2 * HV), in_place=False, BV=BV, num_warps=num_warps)
+    return o
+
+
+@triton.jit
+def gdn_commit_kernel(
+    state,                # [num_slots, HV, DK, DV]
+    slots,                # int32 [B]; negative = padding, skipped
+    accepted,             # int32 [B], 0..T
+    steps,                # [B, T, HV, DK, DV] per-token states of the verify
+    window,               # [num_slots, C, KW-1]
+    keep_x,               # [B*T, C] raw conv inputs of the verify
+    T,
+    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    KW: tl.constexpr, WP: tl.constexpr, BV: tl.constexpr,
+):
+    """Grid (DV // BV, HV, B): slot state <- steps[b, n-1]; window slid by n. Channel ownership as in
+    the verify: v channels per program, q/k channels of key head kh by (h % R == 0, tile 0)."""
+    iv, h, bi = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    R: tl.constexpr = HV // HK
+    C: tl.constexpr = 2 * HK * DK + HV * DV
+    slot = tl.load(slots + bi).to(tl.int64)
+    n = tl.load(accepted + bi)
+    if (slot < 0) | (n <= 0):
+        return
+    ck = tl.arange(0, DK)
+    cv = iv * BV + tl.arange(0, BV)
+    src = steps + (((bi * T + n - 1).to(tl.int64) * HV + h) * DK + ck[:, None]) * DV + cv[None, :]
+    dst = state + ((slot * HV + h) * DK + ck[:, None]) * DV + cv[None, :]
+    tl.store(dst, tl.load(src).to(state.dtype.element_ty))
+    win = window + slot * (C * (KW - 1))
+    xs = keep_x + (bi * T).to(tl.int64) * C
+    v_ch = 2 * HK * DK + h * DV + cv
+    slide_window(win, xs, C, v_ch, cv < DV, n, KW, WP)
+    if (h % R == 0) & (iv == 0):
+        kh = h // R
+        slide_window(win, xs, C, kh * DK + ck, ck < DK, n, KW, WP)
+        slide_window(win, xs, C, HK * DK + kh * DK + ck, ck < DK, n, KW, WP)
+
+
+def launch_gdn_commit(rollback: VerifyRollback, accepted: torch.Tensor, window: torch.Tensor,
+                      state: torch.Tensor, slots: torch.Tensor, num_k_heads: int, BV: int | None = None,
+                      num_warps: int = 4) -> None:
+    """Mode "states": copy the state after accepted[b] tokens into each slot and slide its conv window."""
+    if rollback.steps is None:
+        raise ValueError("this rollback was made in mode 'replay': commit with launch_gdn_commit_replay")
+    B, T, C = rollback.keep_x.shape
+    _, HV, DK, DV = state.shape
+    KW = window.shape[2] + 1
+    BV = BV or min(DV, 64)
+    gdn_commit_kernel[(DV // BV, HV, B)](state, slots, accepted, rollback.steps, window, rollback.keep_x, T,
+                                         HK=num_k_heads, HV=HV, DK=DK, DV=DV, KW=KW,
+                                         WP=triton.next_power_of_2(KW - 1), BV=BV, num_warps=num_warps)
+
+
+def launch_gdn_commit_replay(rollback: VerifyRollback, accepted: torch.Tensor, conv_weight: torch.Tensor,
+                             A_log: torch.Tensor, dt_bias: torch.Tensor, window: torch.Tensor,
+                             state: torch.Tensor, slots: torch.Tensor, num_k_heads: int,
+                             conv_bias: torch.Tensor | None = None, BV: int | None = None,
+                             num_warps: int | None = None) -> None:
+    """Mode "replay" (works for either mode): re-run the accepted tokens from the slot, in place."""
+    B, T, C = rollback.keep_x.shape
+    HV = state.shape[1]
+    ab = rollback.keep_ab.view(B * T, 2 * HV)
+    launch_recurrent(rollback.keep_x.view(B * T, C), ab[:, :HV], ab[:, HV:], conv_weight, conv_bias, A_log, dt_bias,
+                     window, state, slots, num_k_heads=num_k_heads, T=T, lens=accepted, in_place=True, BV=BV,
+                     num_warps=num_warps)

@@ -1,0 +1,411 @@
+"""Benchmark Atlas's Triton Gated DeltaNet kernels against flash-linear-attention on one GPU.
+
+    python3 tools/bench_gdn.py [--out tools/results/gdn.json] [--repeats 20] [--models qwen3.5-27b,...]
+
+Cases, for Qwen3.5-27B (HK 16, HV 48, D 128) and Qwen3-Next-80B (HK 16, HV 32, D 128), bf16 activations,
+fp32 recurrent state, conv width 4:
+- prefill T in {512, 4096, 32768}, one sequence: causal conv + chunked delta rule, state from a slot and
+  back (Atlas: conv_varlen + chunk_wy + chunk_scan; fla: causal_conv1d + chunk_gated_delta_rule with
+  gating, beta sigmoid and q/k L2 norm inside, then the final conv/recurrent states copied into the pool);
+- decode B in {1, 8, 64}: conv update + gating + L2 norm + one delta step, in place in the slots (Atlas:
+  one fused kernel; fla: causal_conv1d_update + fused_recurrent_gated_delta_rule + state write-back;
+  `fla_kernel_us` leaves the write-back out);
+- verify K in {2, 4, 8, 17} at B in {1, 8}: K tokens from the slots, then the commit of an accepted prefix
+  (Atlas mode "states": per-token states + copy commit, and mode "replay"; fla: causal_conv1d over K tokens
+  + fused_recurrent over K tokens + write-back of the final states. fla keeps no per-token states, so it
+  cannot roll back a partial accept: it does less work than either Atlas mode).
+
+Every case is timed as CUDA-graph replays of the same work on both sides (median over repeats; inputs
+rotate over enough state copies to exceed 4x L2); a side that cannot be captured is timed with events over
+back-to-back calls and marked so. The copy bandwidth is measured in the same run; `floor_us` is the
+fewest bytes the case must move (inputs and outputs once, the state read and written once) over it.
+Writes JSON (--out) with device, versions, bandwidth, every case and a summary; prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from atlas.plugins_trt.causal_conv1d.triton_conv import launch_conv_varlen
+from atlas.plugins_trt.gated_delta_net.triton_chunk import chunk_plan, launch_chunk_gdn
+from atlas.plugins_trt.gated_delta_net.triton_decode import launch_gdn_decode
+from atlas.plugins_trt.gated_delta_net.triton_verify import (
+    VerifyRollback, launch_gdn_commit, launch_gdn_commit_replay, launch_gdn_verify)
+from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info, graph_time
+
+MODELS = {"qwen3.5-27b": (16, 48, 128), "qwen3-next-80b": (16, 32, 128)}
+KW = 4
+BF16 = torch.bfloat16
+DEVICE = "cuda"
+
+
+def event_time(calls, repeats: int) -> float:
+    """Median seconds per call over back-to-back eager runs of `calls` (when capture is impossible)."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for c in calls:
+            c()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / len(calls))
+    return statistics.median(times)
+
+
+def timed(row: dict, key: str, calls, repeats: int) -> None:
+    """row[key_us]: median microseconds per call, as graph replays; row[key_timing]: how it was timed."""
+    try:
+        t, how = graph_time(calls, repeats=repeats), "graph"
+    except Exception as e:  # noqa: BLE001 — fall back to eager timing and say so
+        torch.cuda.synchronize()
+        t, how = event_time(calls, repeats), f"events ({type(e).__name__}: {str(e)[:80]})"
+    row[f"{key}_us"], row[f"{key}_timing"] = t * 1e6, how
+
+
+class Layer:
+    """Weights of one GDN layer at a model's shape (random, fixed seed)."""
+
+    def __init__(self, HK: int, HV: int, D: int):
+        self.HK, self.HV, self.D = HK, HV, D
+        self.C = 2 * HK * D + HV * D
+        g = torch.Generator(device=DEVICE).manual_seed(0)
+        self.conv_w = (torch.randn(self.C, KW, device=DEVICE, generator=g) * 0.5).to(BF16)
+        self.A_log = torch.randn(HV, device=DEVICE, generator=g) * 0.5
+        self.dt_bias = torch.randn(HV, device=DEVICE, generator=g)
+        self.state_bytes = HV * D * D * 4
+
+    def rand(self, *shape, dtype=BF16, scale=1.0):
+        return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+def _fla():
+    try:
+        import fla
+        from fla.modules.causal_conv1d import causal_conv1d, causal_conv1d_update
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+        return {"version": getattr(fla, "__version__", "?"), "conv": causal_conv1d, "conv_update": causal_conv1d_update,
+                "chunk": chunk_gated_delta_rule, "recurrent": fused_recurrent_gated_delta_rule}
+    except Exception as e:  # noqa: BLE001
+        print(f"flash-linear-attention not importable ({type(e).__name__}: {e}); timing Atlas only", file=sys.stderr)
+        return None
+
+
+def fla_gdn_kwargs(L: Layer):
+    return dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=L.A_log, dt_bias=L.dt_bias,
+                use_beta_sigmoid_in_kernel=True, output_final_state=True)
+
+
+def fla_split(L: Layer, y, B, T):
+    H = L.HK * L.D
+    q, k, v = y.split([H, H, L.HV * L.D], dim=-1)
+    return q.view(B, T, L.HK, L.D), k.view(B, T, L.HK, L.D), v.view(B, T, L.HV, L.D)
+
+
+def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | None = None) -> dict:
+    x, ab = L.rand(T, L.C), L.rand(T, 2 * L.HV)
+    a, b = ab[:, :L.HV], ab[:, L.HV:]
+    window = L.rand(1, L.C, KW - 1)
+    state = L.rand(1, L.HV, L.D, L.D, dtype=torch.float32, scale=0.1)
+    slots = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    cu = torch.tensor([0, T], dtype=torch.int32, device=DEVICE)
+    y = torch.empty(T, L.C, dtype=BF16, device=DEVICE)
+    o = torch.empty(T, L.HV, L.D, dtype=BF16, device=DEVICE)
+    H = L.HK * L.D
+    work = chunk_plan([0, T], DEVICE)
+    cfg = cfg or {}
+
+    def atlas():
+        launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y)
+        launch_chunk_gdn(y[:, :H], y[:, H:2 * H], y[:, 2 * H:], a, b, L.A_log, L.dt_bias, state, slots, cu,
+                         cu_seqlens_host=[0, T], out=o, work=work, **cfg)
+
+    atlas()  # fills `work` with every buffer it needs, outside the capture
+
+    row = {"kind": "prefill", "T": T, "B": 1}
+    timed(row, "atlas", [atlas], repeats)
+    nbytes = T * (L.C + 2 * L.HV + L.HV * L.D) * 2 + 2 * L.state_bytes
+    if fla is not None:
+        cache = L.rand(1, L.C, KW)
+        h0 = state.clone()
+
+        def peer():
+            yy, fs = fla["conv"](x.view(1, T, L.C), weight=L.conv_w, initial_state=cache, output_final_state=True,
+                                 activation="silu")
+            q, k, v = fla_split(L, yy, 1, T)
+            _, ht = fla["chunk"](q, k, v, g=a.view(1, T, L.HV), beta=b.view(1, T, L.HV), initial_state=h0,
+                                 **fla_gdn_kwargs(L))
+            cache.copy_(fs)
+            h0.copy_(ht)
+
+        timed(row, "fla", [peer], repeats)
+    return finish(row, nbytes, bw)
+
+
+def case_decode(L: Layer, B: int, fla, repeats: int, bw: float, cfg: dict | None = None) -> dict:
+    n = copies_for(B * 2 * L.state_bytes)
+    x, ab = L.rand(B, L.C), L.rand(B, 2 * L.HV)
+    a, b = ab[:, :L.HV], ab[:, L.HV:]
+    window = L.rand(n * B, L.C, KW - 1)
+    state = L.rand(n * B, L.HV, L.D, L.D, dtype=torch.float32, scale=0.1)
+    slot_sets = [torch.arange(i * B, (i + 1) * B, dtype=torch.int32, device=DEVICE) for i in range(n)]
+    o = torch.empty(B, L.HV, L.D, dtype=BF16, device=DEVICE)
+    cfg = cfg or {}
+    calls = [lambda s=s: launch_gdn_decode(x, a, b, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK, out=o,
+                                           **cfg) for s in slot_sets]
+    row = {"kind": "decode", "B": B, "T": 1, "rotation": n}
+    timed(row, "atlas", calls, repeats)
+    nbytes = B * (2 * L.state_bytes + 2 * L.C * (KW - 1) * 2 + (L.C + 2 * L.HV + L.HV * L.D) * 2)
+    if fla is not None:
+        cache = L.rand(n * B, L.C, KW)
+
+        def peer(i, write_back=True):
+            yy, _ = fla["conv_update"](x, cache[i * B:(i + 1) * B], weight=L.conv_w, activation="silu")
+            q, k, v = fla_split(L, yy.view(B, 1, L.C), B, 1)
+            h0 = state[i * B:(i + 1) * B]
+            _, ht = fla["recurrent"](q, k, v, g=a.view(B, 1, L.HV), beta=b.view(B, 1, L.HV), initial_state=h0,
+                                     **fla_gdn_kwargs(L))
+            if write_back:
+                h0.copy_(ht)
+
+        timed(row, "fla", [lambda i=i: peer(i) for i in range(n)], repeats)
+        timed(row, "fla_kernel", [lambda i=i: peer(i, False) for i in range(n)], repeats)
+    return finish(row, nbytes, bw)
+
+
+def case_verify(L: Layer, B: int, K: int, fla, repeats: int, bw: float, cfg: dict | None = None,
+                modes=("states", "replay")) -> dict:
+    n = copies_for(B * (K + 3) * L.state_bytes)
+    x, ab = L.rand(B, K, L.C), L.rand(B, K, 2 * L.HV)
+    a, b = ab[..., :L.HV], ab[..., L.HV:]
+    window = L.rand(n * B, L.C, KW - 1)
+    state = L.rand(n * B, L.HV, L.D, L.D, dtype=torch.float32, scale=0.1)
+    slot_sets = [torch.arange(i * B, (i + 1) * B, dtype=torch.int32, device=DEVICE) for i in range(n)]
+    accepted = torch.full((B,), max(1, K // 2), dtype=torch.int32, device=DEVICE)
+    o = torch.empty(B, K, L.HV, L.D, dtype=BF16, device=DEVICE)
+    row = {"kind": "verify", "B": B, "K": K, "accepted": max(1, K // 2), "rotation": n}
+    cfg = cfg or {}
+    for mode in modes:
+        rbs = [VerifyRollback.empty(B, K, L.C, L.HV, L.D, L.D, BF16, DEVICE, mode=mode) for _ in range(n)]
+
+        def step(i, mode=mode, rbs=rbs):
+            s = slot_sets[i]
+            launch_gdn_verify(x, a, b, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK, rbs[i], out=o, **cfg)
+            if mode == "states":
+                launch_gdn_commit(rbs[i], accepted, window, state, s, L.HK)
+            else:
+                launch_gdn_commit_replay(rbs[i], accepted, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK,
+                                         **cfg)
+
+        timed(row, f"atlas_{mode}", [lambda i=i: step(i) for i in range(n)], repeats)
+        del rbs
+    row["atlas_us"], row["atlas_timing"] = row[f"atlas_{modes[0]}_us"], row[f"atlas_{modes[0]}_timing"]
+    nbytes = B * (2 * L.state_bytes + 2 * L.C * (KW - 1) * 2 + K * (L.C + 2 * L.HV + L.HV * L.D) * 2)
+    if fla is not None:
+        cache = L.rand(n * B, L.C, KW)
+
+        def peer(i):
+            c = cache[i * B:(i + 1) * B]
+            yy, fs = fla["conv"](x, weight=L.conv_w, initial_state=c, output_final_state=True, activation="silu")
+            q, k, v = fla_split(L, yy, B, K)
+            h0 = state[i * B:(i + 1) * B]
+            _, ht = fla["recurrent"](q, k, v, g=a, beta=b, initial_state=h0, **fla_gdn_kwargs(L))
+            h0.copy_(ht)
+            c.copy_(fs)
+
+        timed(row, "fla", [lambda i=i: peer(i) for i in range(n)], repeats)
+    return finish(row, nbytes, bw)
+
+
+def finish(row: dict, nbytes: int, bw: float) -> dict:
+    row["floor_bytes"] = nbytes
+    row["floor_us"] = nbytes / bw * 1e6
+    row["atlas_fraction_of_floor"] = row["floor_us"] / row["atlas_us"]
+    if "fla_us" in row:
+        row["speedup_vs_fla"] = row["fla_us"] / row["atlas_us"]
+        if "atlas_replay_us" in row:
+            row["speedup_replay_vs_fla"] = row["fla_us"] / row["atlas_replay_us"]
+    return row
+
+
+SWEEP = {
+    "decode": [dict(BV=bv, num_warps=w) for bv, w in [(32, 4), (16, 2), (16, 1), (8, 1), (64, 4)]],
+    "verify": [dict(BV=bv, num_warps=w) for bv, w in [(32, 4), (16, 2), (16, 1), (8, 1)]],
+    "prefill": [dict(BV=bv, num_warps=(8, w, 4)) for bv, w in [(16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]],
+}
+
+
+def sweep(fla, repeats: int, bw: float) -> list[dict]:
+    """Atlas-only timings of launch configurations at Qwen3.5-27B's shape, to choose defaults."""
+    L = Layer(*MODELS["qwen3.5-27b"])
+    rows = []
+    for cfg in SWEEP["decode"]:
+        for B in (1, 8, 64):
+            r = case_decode(L, B, None, repeats, bw, cfg)
+            rows.append({"case": f"decode B{B}", "cfg": cfg, "us": r["atlas_us"]})
+    for cfg in SWEEP["verify"]:
+        for B, K in ((1, 8), (8, 17)):
+            r = case_verify(L, B, K, None, repeats, bw, cfg, modes=("states", "replay"))
+            rows.append({"case": f"verify B{B} K{K}", "cfg": cfg, "us": r["atlas_states_us"],
+                         "replay_us": r["atlas_replay_us"]})
+    for cfg in SWEEP["prefill"]:
+        for T in (4096, 32768):
+            rows.append({"case": f"prefill T{T}", "cfg": {**cfg, "num_warps": list(cfg["num_warps"])},
+                         "us": case_prefill(L, T, None, repeats, bw, cfg)["atlas_us"]})
+    for r in rows:
+        print(f"sweep {r['case']:16s} {json.dumps(r['cfg']):40s} {r['us']:9.1f} us"
+              + (f"  replay {r['replay_us']:9.1f} us" if "replay_us" in r else ""), flush=True)
+    return rows
+
+
+def stages(T: int, repeats: int) -> list[dict]:
+    """Per-stage times of one prefill of T tokens at Qwen3.5-27B's shape, stage 1 at several num_warps."""
+    from atlas.plugins_trt.gated_delta_net import triton_chunk as tc
+    L = Layer(*MODELS["qwen3.5-27b"])
+    HV, HK, D = L.HV, L.HK, L.D
+    x, ab = L.rand(T, L.C), L.rand(T, 2 * HV)
+    a, b = ab[:, :HV], ab[:, HV:]
+    window = L.rand(1, L.C, KW - 1)
+    state = L.rand(1, HV, D, D, dtype=torch.float32, scale=0.1)
+    slots = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    cu = torch.tensor([0, T], dtype=torch.int32, device=DEVICE)
+    y = launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T)
+    H = HK * D
+    q, k, v = y[:, :H], y[:, H:2 * H], y[:, 2 * H:]
+    W = chunk_plan([0, T], DEVICE)
+    o, _ = launch_chunk_gdn(q, k, v, a, b, L.A_log, L.dt_bias, state, slots, cu, cu_seqlens_host=[0, T], work=W)
+    NT = W["chunks"].shape[0]
+    rows = []
+
+    def add(name, fn):
+        row = {}
+        timed(row, "t", [fn], repeats)
+        rows.append({"stage": name, "us": row["t_us"]})
+        print(f"stage T{T} {name:24s} {row['t_us']:9.1f} us", flush=True)
+
+    add("conv", lambda: launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y))
+    for nw in (1, 2, 4, 8):
+        add(f"wy num_warps={nw}", lambda nw=nw: tc.chunk_wy_kernel[(NT, HV)](
+            q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu, W["chunks"],
+            W["w"], W["u"], W["G"], W["RQ"], W["RK"], HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16, DOT_PREC="tf32",
+            num_warps=nw))
+    for bv in (32, 64):
+        add(f"state BV={bv}", lambda bv=bv: tc.chunk_state_kernel[(D // bv, HV, 1)](
+            k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state, W["H"], W["dv"],
+            state, slots, 1, HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, SNAPSHOT=False, DOT_PREC="tf32", num_warps=4,
+            num_stages=2))
+    add("out BV=64", lambda: tc.chunk_out_kernel[(NT, HV, 2)](
+        q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"], W["dv"], o, o.stride(0),
+        HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=64, DOT_PREC="tf32", num_warps=4))
+    return rows
+
+
+def print_table(cases: list[dict]) -> None:
+    print(f"\n{'model':16s} {'case':18s} {'atlas us':>10s} {'fla us':>10s} {'speedup':>8s} {'%floor':>7s} "
+          f"{'replay':>8s}")
+    for c in cases:
+        if "error" in c:
+            print(f"{c['model']:16s} {c['kind']:8s} {c.get('params')} ERROR {c['error'][:60]}")
+            continue
+        name = {"prefill": f"prefill T{c.get('T')}", "decode": f"decode B{c.get('B')}",
+                "verify": f"verify B{c.get('B')} K{c.get('K')}"}[c["kind"]]
+        fl = f"{c['fla_us']:10.1f}" if "fla_us" in c else f"{'-':>10s}"
+        sp = f"{c['speedup_vs_fla']:8.2f}" if "speedup_vs_fla" in c else f"{'-':>8s}"
+        rp = f"{c['speedup_replay_vs_fla']:8.2f}" if "speedup_replay_vs_fla" in c else ""
+        print(f"{c['model']:16s} {name:18s} {c['atlas_us']:10.1f} {fl} {sp} "
+              f"{100 * c['atlas_fraction_of_floor']:6.1f}% {rp}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="tools/results/gdn.json")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--prefill", default="512,4096,32768")
+    p.add_argument("--decode", default="1,8,64")
+    p.add_argument("--verify-k", default="2,4,8,17")
+    p.add_argument("--verify-b", default="1,8")
+    p.add_argument("--sweep", action="store_true", help="also time launch configurations (Atlas only)")
+    p.add_argument("--stages", default="", help="prefill lengths whose stages are timed one by one first")
+    p.add_argument("--chunk-warps", default="2,4,4",
+                   help="num_warps of the three chunked-prefill stages, or auto (needs --stages)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_gdn needs a CUDA GPU", file=sys.stderr)
+        return 2
+    t_start = time.time()
+    torch.manual_seed(0)
+    fla = _fla()
+    info = device_info()
+    info["fla"] = fla["version"] if fla else None
+    bw = copy_bandwidth()
+    print(f"{info['device']}: copy bandwidth {bw / 1e12:.2f} TB/s; fla {info['fla']}", flush=True)
+    ints = lambda s: [int(v) for v in s.split(",") if v]  # noqa: E731
+    staged = [r for T in ints(args.stages) for r in stages(T, args.repeats)]
+    if args.chunk_warps == "auto":  # stage 1's fastest num_warps from the stage timings
+        wy = [r for r in staged if r["stage"].startswith("wy")]
+        best = min(wy, key=lambda r: r["us"])["stage"].split("=")[1] if wy else "8"
+        args.chunk_warps = f"{best},4,4"
+    chunk_cfg = {"num_warps": tuple(ints(args.chunk_warps))}
+    cases = []
+    for model in args.models.split(","):
+        L = Layer(*MODELS[model])
+        plan = ([("prefill", (T,)) for T in ints(args.prefill)] + [("decode", (B,)) for B in ints(args.decode)]
+                + [("verify", (B, K)) for B in ints(args.verify_b) for K in ints(args.verify_k)])
+        for kind, params in plan:
+            t0 = time.time()
+            try:
+                fn = {"prefill": case_prefill, "decode": case_decode, "verify": case_verify}[kind]
+                row = fn(L, *params, fla, args.repeats, bw, chunk_cfg if kind == "prefill" else None)
+            except Exception as e:  # noqa: BLE001 — record the failure, keep benchmarking
+                traceback.print_exc()
+                row = {"kind": kind, "params": list(params), "error": f"{type(e).__name__}: {e}"}
+            row["model"] = model
+            row["wall_s"] = round(time.time() - t0, 1)
+            cases.append(row)
+            print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            torch.cuda.empty_cache()
+
+    swept = None
+    if args.sweep:
+        try:
+            swept = sweep(fla, args.repeats, bw)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            swept = [{"error": f"{type(e).__name__}: {e}"}]
+
+    def smallest(kind, key="speedup_vs_fla"):
+        vals = [c[key] for c in cases if c.get("kind") == kind and key in c]
+        return min(vals) if vals else None
+
+    summary = {"min_prefill_speedup_vs_fla": smallest("prefill"), "min_decode_speedup_vs_fla": smallest("decode"),
+               "min_verify_speedup_vs_fla": smallest("verify"),
+               "min_verify_replay_speedup_vs_fla": smallest("verify", "speedup_replay_vs_fla")}
+    result = {"device": info, "copy_bandwidth_Bps": bw, "cases": cases, "summary": summary,
+              "wall_s": round(time.time() - t_start, 1)}
+    if swept is not None:
+        result["sweep"] = swept
+    if staged:
+        result["prefill_stages"] = staged
+    result["chunk_warps"] = list(chunk_cfg["num_warps"])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print_table(cases)
+    print("summary:", json.dumps(summary), f"(wall {result['wall_s']} s, written to {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
