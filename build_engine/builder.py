@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import importlib.metadata
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -80,19 +81,37 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _prepare_output(cfg: BuildConfig) -> Path:
+def _check_output(cfg: BuildConfig) -> None:
     out = cfg.output
     if out.exists() and any(out.iterdir()):
         if not (out / MANIFEST).is_file():
             raise BuildError(f"{out} exists and is not an Atlas engine; choose another -o directory.")
         if not cfg.overwrite:
             raise BuildError(f"{out} already holds an engine; pass --overwrite to replace it.")
-        shutil.rmtree(out)
-    (out / "weights").mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def build(cfg: BuildConfig) -> BuildResult:
+    """Build into a scratch directory beside the output and move it into place only when complete,
+    so a failed build leaves no half-written engine and an engine it would replace stays intact."""
+    _check_output(cfg)
+    scratch = cfg.output.with_name(f".{cfg.output.name}.partial-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "weights").mkdir(parents=True)
+    try:
+        result = _build(cfg, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if cfg.output.exists():
+        shutil.rmtree(cfg.output)
+    scratch.rename(cfg.output)
+    result.manifest["name"] = cfg.output.name
+    (cfg.output / MANIFEST).write_text(json.dumps(result.manifest, indent=2) + "\n")
+    result.path = cfg.output
+    return result
+
+
+def _build(cfg: BuildConfig, out: Path) -> BuildResult:
     t0 = time.perf_counter()
     ckpt: Checkpoint = open_checkpoint(cfg.checkpoint)
     if "model_type" not in ckpt.config:
@@ -125,7 +144,6 @@ def build(cfg: BuildConfig) -> BuildResult:
         raise BuildError(f"internal: weight plan and canonical layout disagree on {sorted(planned ^ set(shapes))[:5]}")
 
     converter = Converter(ckpt, precision, prequantized, keep_source=prequantized is not None and cfg.dtype == "auto")
-    out = _prepare_output(cfg)
     files: dict[str, dict] = {}
     weight_files: list[str] = []
     used: set[str] = set()

@@ -177,3 +177,16 @@ def test_generate_without_tokenizer(engine_copy):
 ])
 def test_invalid_sampling_parameters(engine_copy, option, value, fragment):
     expect_error(run_cli, ["generate", engine_copy, "--prompt", "hi", option, value], fragment)
+
+
+def test_failed_build_leaves_nothing_and_keeps_the_old_engine(tiny_checkpoint, llama_copy, tmp_path):
+    out = tmp_path / "e"
+    assert run(build_cli, [tiny_checkpoint("llama"), "-o", out, "--quiet"]).exit_code == 0
+    before = (out / "manifest.json").read_text()
+    f = llama_copy / "model.safetensors"
+    tensors = load_file(str(f))
+    del tensors["model.layers.3.mlp.down_proj.weight"]  # fails late, after most files are written
+    save_file(tensors, str(f), metadata={"format": "pt"})
+    expect_error(build_cli, [llama_copy, "-o", out, "--overwrite", "--quiet"], "missing")
+    assert (out / "manifest.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["e", "ckpt"])  # no scratch directory left
