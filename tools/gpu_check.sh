@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
+# with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
+#   bash tools/gpu_check.sh [tests|gemm|gdn|all]
+set -u
+source tools/gpu_env.sh
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+what=${1:-all}
+python3 -c "import pytest" 2>/dev/null || {
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site2 .whl/extra/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site2; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+    python3 -m pytest -q -m gpu -p no:cacheprovider tests/build_engine/test_aot_kernels.py \
+        tests/plugins_trt/test_quant_linear_triton.py tests/runtime/test_linear_cuda.py \
+        tests/plugins_trt/test_gdn_triton.py 2>&1 | tee "$out/pytest_gpu.log" | tail -15
+fi
+if [ "$what" = gemm ] || [ "$what" = all ]; then
+    python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
+fi
+if [ "$what" = gdn ] || [ "$what" = all ]; then
+    python3 -m atlas.tools.bench_gdn --out "$out/gdn.json" 2>&1 | tee "$out/bench_gdn.log" | tail -30
+fi
