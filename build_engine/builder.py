@@ -171,9 +171,10 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
             onnx_graphs = export_onnx(config, out / "onnx", converter.formats)
         except ValueError as e:
             raise BuildError(f"cannot export the ONNX graphs: {e}. Pass --no-onnx to build without them.") from None
-    kernels, linear_kernels, target = {}, {}, {"device": cfg.device}
+    kernels, linear_kernels, gdn_kernels, target = {}, {}, {}, {"device": cfg.device}
     if cfg.device == "cuda":
-        kernels, linear_kernels, target = _compile_kernels(config, converter.formats, out, cfg.autotune)
+        kernels, linear_kernels, gdn_kernels, target = _compile_kernels(config, converter.formats, out,
+                                                                        cfg.autotune)
     has_tokenizer = ckpt.export_tokenizer(out)
     for file in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = str(file.relative_to(out))
@@ -204,6 +205,7 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
         "onnx": onnx_graphs,
         "kernels": kernels,
         "linear_kernels": linear_kernels,
+        **({"gdn_kernels": gdn_kernels} if gdn_kernels else {}),
         "tokenizer": has_tokenizer,
         "generation": _generation_defaults(generation, config),
         "files": files,
@@ -213,11 +215,14 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
 
 
 def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path,
-                     autotune: bool) -> tuple[dict, dict, dict]:
-    """Every GPU kernel the engine needs, compiled for sm_90; autotuned when this machine has the GPU."""
+                     autotune: bool) -> tuple[dict, dict, dict, dict]:
+    """Every GPU kernel the engine needs, compiled for sm_90 into one table; the quantized linears' kernels
+    autotuned when this machine has the GPU. Returns (kernel table, linear plan, GDN plan, target)."""
     import torch
 
-    from atlas.build_engine.linear_kernels import compile_linear_kernels
+    from atlas.build_engine.gdn_kernels import compile_gdn_kernels
+    from atlas.build_engine.kernels import write_kernels
+    from atlas.build_engine.linear_kernels import linear_kernel_list
 
     arch = 90
     tune = autotune and torch.cuda.is_available()
@@ -226,8 +231,11 @@ def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path,
         arch = 10 * major + minor
         if arch != 90:
             raise BuildError(f"this GPU is sm_{arch}; Atlas's kernels target Hopper (sm_90) for now.")
-    table, plan = compile_linear_kernels(config, formats, out / "kernels", tune=tune)
-    return table, plan, {"device": "cuda", "arch": arch, "autotuned": tune}
+    compiled, plan = linear_kernel_list(config, formats, tune=tune)
+    gdn_compiled, gdn_plan = compile_gdn_kernels(config, out / "kernels", arch=arch)
+    compiled += gdn_compiled
+    table = write_kernels(compiled, out / "kernels") if compiled else {}
+    return table, plan, gdn_plan, {"device": "cuda", "arch": arch, "autotuned": tune}
 
 
 def _generation_defaults(generation: dict, config: ModelConfig) -> dict:

@@ -101,6 +101,14 @@ def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], 
 
     Returns (kernel table for manifest["kernels"], plan for manifest["linear_kernels"]).
     """
+    compiled, plan = linear_kernel_list(config, weight_formats, tune, candidates_per_bucket)
+    table = write_kernels(compiled, kernels_dir) if compiled else {}
+    return table, plan
+
+
+def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune: bool,
+                       candidates_per_bucket: int = 6) -> tuple[list, dict]:
+    """Choose and compile (without writing) every kernel the quantized linears need: (compiled, plan)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
@@ -139,5 +147,4 @@ def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], 
                     item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
                                         gemm.grid_quantize_rows_fp8(qcfg, bucket))
             entry[str(bucket)] = item
-    table = write_kernels(compiled, kernels_dir) if compiled else {}
-    return table, plan
+    return compiled, plan

@@ -225,3 +225,36 @@ def launch_conv_commit(window: torch.Tensor, slots: torch.Tensor, keep: torch.Te
     KW = window.shape[2] + 1
     conv_commit_kernel[(B, triton.cdiv(C, BC))](window, slots, keep, accepted, T, C, KW=KW,
                                                 WP=triton.next_power_of_2(KW - 1), BC=BC)
+
+
+# ---------------------------------------------------------------------------------------------- AOT signatures
+# Grids: conv_varlen (N, cdiv(max_T, BT), cdiv(C, BC)); conv_update and conv_commit (B, cdiv(C, BC)).
+# C stays a run-time int; activations, weight and window share `act`; int parameters are not assumed aligned.
+
+
+def signature_conv_varlen(KW: int, *, BT: int = 32, BC: int = 64, has_bias: bool = False, num_warps: int = 4,
+                          num_stages: int = 3, act: str = "*bf16"):
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    types = dict(x=act, stride_x="i32", y=act, stride_y="i32", weight=act, bias=act, window=act,
+                 cu_seqlens="*i32", slots="*i32", C="i32")
+    const = dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=has_bias)
+    return aot_signature_of(conv_varlen_kernel, types, const, num_warps, num_stages)
+
+
+def signature_conv_update(KW: int, *, in_place: bool, BC: int = 256, has_bias: bool = False, num_warps: int = 4,
+                          num_stages: int = 3, act: str = "*bf16"):
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    types = dict(x=act, stride_x="i32", y=act, stride_y="i32", weight=act, bias=act, window=act, slots="*i32",
+                 keep=act, T="i32", C="i32")
+    const = dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BC=BC, HAS_BIAS=has_bias, IN_PLACE=in_place)
+    return aot_signature_of(conv_update_kernel, types, const, num_warps, num_stages)
+
+
+def signature_conv_commit(KW: int, *, BC: int = 256, num_warps: int = 4, num_stages: int = 3, act: str = "*bf16"):
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    types = dict(window=act, slots="*i32", keep=act, accepted="*i32", T="i32", C="i32")
+    const = dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BC=BC)
+    return aot_signature_of(conv_commit_kernel, types, const, num_warps, num_stages)

@@ -192,3 +192,42 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                                           DV=DV, BT=CHUNK, BV=BVo, num_warps=num_warps[2],
                                           DOT_PREC=prec)
     return o, snapshots
+
+
+# ---------------------------------------------------------------------------------------------- AOT signatures
+# q is column 0 of the conv output (aligned); k, v, a, b are column views (not assumed aligned). Grids:
+# chunk_wy (NT, HV); chunk_state (DV // BV, HV, N); chunk_out (NT, HV, DV // BV). DOT_PREC "tf32" (bf16 operands).
+
+
+def signature_chunk_wy(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 2, num_stages: int = 3,
+                       act: str = "*bf16", dot_prec: str = "tf32"):
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, I, i32 = act, "*fp32", "*i32", "i32"
+    types = dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
+                 dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, DOT_PREC=dot_prec)
+    return aot_signature_of(chunk_wy_kernel, types, const, num_warps, num_stages, unaligned=("k", "v", "a", "b"))
+
+
+def signature_chunk_state(HK: int, HV: int, DK: int, DV: int, *, BV: int, snapshot: bool = False,
+                          num_warps: int = 4, num_stages: int = 2, act: str = "*bf16", state: str = "*fp32",
+                          dot_prec: str = "tf32"):
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, I, i32 = act, "*fp32", "*i32", "i32"
+    types = dict(k=P, stride_k=i32, w=P, u=P, G=F, RK=F, cu_seqlens=I, slots=I, chunk_first=I, state=state,
+                 H=P, dv=P, snaps=state, snap_first=I, snap_every=i32)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, SNAPSHOT=snapshot, DOT_PREC=dot_prec)
+    return aot_signature_of(chunk_state_kernel, types, const, num_warps, num_stages, unaligned=("k",))
+
+
+def signature_chunk_out(HK: int, HV: int, DK: int, DV: int, *, BV: int, num_warps: int = 4, num_stages: int = 3,
+                        act: str = "*bf16", dot_prec: str = "tf32"):
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, I, i32 = act, "*fp32", "*i32", "i32"
+    types = dict(q=P, stride_q=i32, k=P, stride_k=i32, G=F, RQ=F, RK=F, cu_seqlens=I, chunks=I, H=P, dv=P, o=P,
+                 stride_o=i32)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, DOT_PREC=dot_prec)
+    return aot_signature_of(chunk_out_kernel, types, const, num_warps, num_stages, unaligned=("k",))

@@ -31,3 +31,23 @@ def l2norm_vec(x):
 def l2norm_rows(x):
     """Row-wise l2norm_vec; x: [rows, D] fp32."""
     return x * tl.rsqrt(tl.sum(x * x, axis=1) + 1e-6)[:, None]
+
+
+def aot_signature_of(fn, types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int,
+                     unaligned: tuple[str, ...] = ()):
+    """An AotSignature (atlas.plugins_trt.quant_linear.triton_gemv) for a GDN / conv kernel.
+
+    types: every run-time parameter -> '*bf16' / '*fp32' / '*i32' / 'i32'. divisible_by_16 holds every pointer
+    except those in `unaligned` (column views into a wider buffer, e.g. a, b, z of the fused in_proj output);
+    int parameters (strides, sizes) are never assumed aligned. No grid formula: these grids depend on the
+    batch (B sequences, N packed sequences, NT chunks, max_T tokens), which the launcher passes as the grid.
+    """
+    from atlas.plugins_trt.quant_linear.triton_gemv import AotSignature
+
+    names = list(fn.arg_names)
+    missing = [n for n in names if n not in constexprs and n not in types]
+    if missing:
+        raise ValueError(f"{fn.__name__}: no type for parameter(s) {missing}")
+    sig = {n: ("constexpr" if n in constexprs else types[n]) for n in names}
+    div = tuple(n for n in names if sig[n].startswith("*") and n not in unaligned)
+    return AotSignature(fn, sig, dict(constexprs), div, num_warps, num_stages, None)

@@ -191,6 +191,54 @@ def rows(t: torch.Tensor, name: str, width: int) -> torch.Tensor:
     return r
 
 
+def recurrent_config(T: int, B: int, HV: int, DV: int, fuse_norm: bool, BV: int | None = None,
+                     num_warps: int | None = None) -> tuple[int, int]:
+    """The launcher's default (BV, num_warps); see launch_recurrent."""
+    if fuse_norm:
+        BV, num_warps = DV, num_warps or 8
+    elif BV is None:
+        if T > 1:
+            BV, num_warps = min(DV, 16), num_warps or 1
+        else:
+            BV = min(DV, 64 if B * HV >= 2 * 132 else 32)
+    return BV, num_warps or 4
+
+
+RECURRENT_MODES = {
+    # decode: T = 1, state and window updated in place, fused gated norm
+    "decode": dict(IN_PLACE=True, STORE_STEPS=False, KEEP_INPUTS=False, STORE_O=True, FUSE_NORM=True,
+                   HAS_LENS=False),
+    # verify, rollback mode "states": slot untouched, per-token states and raw inputs kept, fused gated norm
+    "verify": dict(IN_PLACE=False, STORE_STEPS=True, KEEP_INPUTS=True, STORE_O=True, FUSE_NORM=True,
+                   HAS_LENS=False),
+    # verify, rollback mode "replay": only the raw inputs kept
+    "verify_replay": dict(IN_PLACE=False, STORE_STEPS=False, KEEP_INPUTS=True, STORE_O=True, FUSE_NORM=True,
+                          HAS_LENS=False),
+    # the replay commit (launch_gdn_commit_replay): accepted tokens re-run in place, no output
+    "commit_replay": dict(IN_PLACE=True, STORE_STEPS=False, KEEP_INPUTS=False, STORE_O=False, FUSE_NORM=False,
+                          HAS_LENS=True),
+}
+
+
+def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: int, *, BV: int, num_warps: int,
+                            num_stages: int = 3, norm_eps: float = 1e-6, act: str = "*bf16",
+                            state: str = "*fp32", has_conv_bias: bool = False):
+    """gdn_recurrent_kernel for one of RECURRENT_MODES; T (tokens per sequence) stays a run-time int.
+
+    act: dtype of the activations, conv weight, window and keep buffers; state: of state and steps; A_log,
+    dt_bias and the norm weight are fp32. a, b and z are column views of the in_proj output (not assumed
+    aligned). Grid (DV // BV, HV, B), B = slots.numel()."""
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, I, i32 = act, "*fp32", "*i32", "i32"
+    types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
+                 state=state, slots=I, lens=I, sync=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F,
+                 steps=state, keep_x=P, keep_ab=P, T=i32)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV,
+                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, **RECURRENT_MODES[mode])
+    return aot_signature_of(gdn_recurrent_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
+
+
 def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                      T: int, lens=None, o=None, z=None, norm_weight=None, norm_eps: float = 1e-6, steps=None,
                      keep_x=None, keep_ab=None, in_place: bool, BV: int | None = None,
@@ -210,14 +258,7 @@ def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, st
     if a.stride(0) != b.stride(0):
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     fuse_norm = z is not None
-    if fuse_norm:
-        BV, num_warps = DV, num_warps or 8
-    elif BV is None:
-        if T > 1:
-            BV, num_warps = min(DV, 16), num_warps or 1
-        else:
-            BV = min(DV, 64 if B * HV >= 2 * 132 else 32)
-    num_warps = num_warps or 4
+    BV, num_warps = recurrent_config(T, B, HV, DV, fuse_norm, BV, num_warps)
     dummy = state
     grid = (DV // BV, HV, B)
     gdn_recurrent_kernel[grid](

@@ -137,3 +137,14 @@ def launch_gdn_commit_replay(rollback: VerifyRollback, accepted: torch.Tensor, c
     launch_recurrent(rollback.keep_x.view(B * T, C), ab[:, :HV], ab[:, HV:], conv_weight, conv_bias, A_log, dt_bias,
                      window, state, slots, num_k_heads=num_k_heads, T=T, lens=accepted, in_place=True, BV=BV,
                      num_warps=num_warps)
+
+
+def signature_gdn_commit(HK: int, HV: int, DK: int, DV: int, KW: int, *, BV: int, num_warps: int = 4,
+                         num_stages: int = 3, act: str = "*bf16", state: str = "*fp32"):
+    """gdn_commit_kernel (rollback mode "states"); launch_gdn_commit's default BV is min(DV, 64).
+    Grid (DV // BV, HV, B)."""
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    types = dict(state=state, slots="*i32", accepted="*i32", steps=state, window=act, keep_x=act, T="i32")
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV)
+    return aot_signature_of(gdn_commit_kernel, types, const, num_warps, num_stages)
