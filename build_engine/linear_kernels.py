@@ -19,19 +19,11 @@ import torch
 
 from atlas.build_engine.kernels import compile_kernel, write_kernels
 from atlas.runtime.config import ModelConfig
+from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS
 from atlas.runtime.layout import canonical_shapes
 
-GEMV_BUCKETS = (1, 2, 4, 8, 16)
-GEMM_BUCKETS = (64, 256, 2048)
 KERNEL_FORMATS = ("nvfp4", "fp8")
 SM_COUNT = 132  # H200; the heuristic only needs the order of magnitude
-
-
-def bucket_for(m: int) -> int:
-    for b in GEMV_BUCKETS + GEMM_BUCKETS:
-        if m <= b:
-            return b
-    return GEMM_BUCKETS[-1]
 
 
 def shape_key(fmt: str, n: int, k: int) -> str:

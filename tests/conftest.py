@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hf_tiny import FAMILIES, make_checkpoint  # noqa: E402
+from hf_tiny import make_checkpoint  # noqa: E402
 
 PARITY_FAMILIES = ["llama", "llama_tied", "qwen3", "qwen3_next", "qwen3_5"]
 

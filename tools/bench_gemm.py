@@ -13,15 +13,14 @@ Bandwidth = bytes the kernel must read and write / time, against the copy bandwi
 from __future__ import annotations
 
 import json
-import zlib
-import math
 import time
+import zlib
 from pathlib import Path
 
 import click
 import torch
-import torch.nn.functional as F
 
+from atlas.build_engine.linear_kernels import gemv_candidates
 from atlas.build_engine.quantize.quantizer import quantize
 from atlas.plugins_trt.quant_linear import triton_gemm as gemm
 from atlas.plugins_trt.quant_linear import triton_gemv as gemv
@@ -37,19 +36,6 @@ SHAPES = {  # name -> (N, K)
     "qwen3.5-27b.down": (5120, 17408),
 }
 MS = (1, 2, 4, 8, 16, 64, 256, 2048)
-SM_COUNT = 132
-
-
-def gemv_candidates(configs: list[dict], m: int, n: int, most: int) -> list[dict]:
-    """Configs of M's bucket whose grid gives the chip enough programs, best-guess first."""
-    bucket = [c for c in configs if c["BLOCK_M"] == gemv.gemv_bucket(m)]
-
-    def programs(c):
-        return math.ceil(n / c["BLOCK_N"]) * c["SPLIT_K"]
-
-    fit = [c for c in bucket if SM_COUNT <= programs(c) <= 32 * SM_COUNT] or bucket
-    fit.sort(key=lambda c: abs(math.log(programs(c) / (4 * SM_COUNT))))
-    return fit[:most]
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -108,8 +94,8 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[
             def run8(cfg, qt):
                 return gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=out)
 
-            cands4 = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, m, n, most)
-            cands8 = gemv_candidates(gemv.CONFIGS_fp8_gemv, m, n, most)
+            cands4 = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, gemv.gemv_bucket(m), n, most)
+            cands8 = gemv_candidates(gemv.CONFIGS_fp8_gemv, gemv.gemv_bucket(m), n, most)
             kind = "gemv"
         else:
             def run4(cfg, qt):

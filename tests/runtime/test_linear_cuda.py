@@ -1,6 +1,5 @@
 """Quantized linears through the engine's precompiled kernels (CudaLinear) against the torch reference."""
 
-import json
 import os
 import subprocess
 import sys
