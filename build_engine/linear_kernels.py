@@ -49,7 +49,11 @@ def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int) -> list
         return math.ceil(n / c["BLOCK_N"]) * c["SPLIT_K"]
 
     fit = [c for c in same if SM_COUNT <= programs(c) <= 32 * SM_COUNT] or same
-    return sorted(fit, key=lambda c: abs(math.log(programs(c) / (4 * SM_COUNT))))[:most]
+    ranked = sorted(fit, key=lambda c: abs(math.log(programs(c) / (4 * SM_COUNT))))
+    paths = [[c for c in ranked if c.get("TC") is p] for p in (False, True)]
+    if all(paths):  # both the CUDA-core and the tensor-core path: half the candidates each
+        return paths[0][:most - most // 2] + paths[1][:most // 2]
+    return ranked[:most]
 
 
 def _random_weights(fmt: str, n: int, k: int):

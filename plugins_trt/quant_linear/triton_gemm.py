@@ -1,7 +1,7 @@
 """Quantized GEMM for larger M (64..2048+): y[M, N] = x[M, K] @ W[N, K].T (+ bias) (+ residual), bf16 out.
 
   nvfp4_gemm_kernel         W4A16: the packed tile is loaded as int32 words, dequantized in registers to bf16
-                            (exactly E2M1 * block scale * 2^-8, see triton_gemv.nvfp4_tile_bf16) and multiplied
+                            (exactly E2M1 * block scale * 2^-8, triton_gemv.nvfp4_tile_bf16's PTX decode) and multiplied
                             with the bf16 activation tile by tl.dot (wgmma on sm_90, fp32 accumulate); the
                             epilogue applies 2^8 * weight_scale_2[n].
   quantize_rows_fp8_kernel  per-token (row) activation quantization: scale[m] = amax|x[m]| / 448,
@@ -73,9 +73,9 @@ def nvfp4_gemm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     row_ok = offs_m >= 0  # rows are clamped, every load is in bounds
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for b in range(0, K // BLOCK_K):
-        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False)
+        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, True)
     if K % BLOCK_K != 0:
-        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, K // BLOCK_K, K, BLOCK_K, True)
+        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, K // BLOCK_K, K, BLOCK_K, True, True)
     y = acc * (tl.load(ws2_ptr + rows_n) * _NVFP4_DOT_DOWN)[None, :]
     _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
 
@@ -155,6 +155,7 @@ CONFIGS_nvfp4_gemm = [
     for bm, bn, bk, w, s in [
         (64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (64, 128, 128, 4, 3), (64, 256, 64, 8, 3),
         (128, 64, 128, 4, 3), (128, 128, 64, 8, 3), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3),
+        (256, 128, 64, 8, 3), (256, 128, 128, 8, 2),  # BLOCK_M 256: each weight tile dequantized once at M = 256
     ]
 ]
 """Candidates for nvfp4_gemm_kernel (M >= 64)."""

@@ -16,9 +16,14 @@ Design (memory-bound: the floor is the weight bytes over bandwidth):
     stays a normal fp32 number; the exponent offsets are undone in the epilogue. Products accumulate with FMA
     chains per word; the nvfp4 block scale multiplies each word's partial sum (once per 8 elements).
     The x slice each thread needs is loaded with the weights' own layout (no shared-memory exchange).
-  * BLOCK_M in 2..16: tensor-core path. Weights are dequantized in registers to bf16 (nvfp4: exactly
-    E2M1 * block scale * 2^-8; fp8: exactly the e4m3 value) and fed to tl.dot with the x tile padded to 16
-    rows (mma m16n8k16); the per-row scales are applied to the fp32 accumulator.
+  * nvfp4, BLOCK_M in 2..16: tensor-core path. Weights are dequantized in registers to bf16 (exactly
+    E2M1 * block scale * 2^-8, in the dot-operand layout straight from shared memory) and fed to tl.dot with the x tile padded to 16 rows (mma m16n8k16); the per-row scale is
+    applied to the fp32 accumulator.
+  * fp8, TC configs (any bucket): split-position tensor-core path. The reduction runs in split order: dot t sums
+    byte t of every int32 word against x_t[m, j] = x[m, 4j + t] (a register split of the x tile), so a weight
+    word never has to be rearranged. Byte t of two words becomes one bf16x2 (E4M3 * 2^-120, exact) in three PTX
+    instructions; that op has one input and one output, so Triton decodes in the dot-operand layout straight
+    from shared memory. x is pre-scaled by 2^60 to keep the fp32 products normal; no conversion instructions.
   * SPLIT_K > 1: each split writes its fp32 partial (per-row scales applied) to a workspace
     [SPLIT_K, M, N]; splitk_reduce_kernel sums the splits in a fixed order (deterministic, no atomics, no
     memset), adds bias and residual and casts to bf16. With SPLIT_K == 1 the GEMV writes bf16 itself.
@@ -33,6 +38,7 @@ only on those values (M stays a run-time argument).
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
@@ -49,7 +55,41 @@ _FP8_FMA_DOWN = tl.constexpr(2.0 ** 20)  # 2^120 (E4M3 bits) - 2^100
 _S_UP = tl.constexpr(2.0 ** 118)  # DOT path: E2M1 bits * scale * 2^118 = value * scale * 2^-8 (no overflow)
 _NVFP4_DOT_DOWN = tl.constexpr(2.0 ** 8)
 
-MMA_M = 16  # the x tile of the tensor-core path is padded to this many rows
+_X_TC_UP = tl.constexpr(2.0 ** 60)  # fp8 TC path: E4M3 bits (value * 2^-120) times x * 2^60 stays fp32-normal
+# Inline PTX cannot run in Triton's interpreter; there the split-position decode takes the fp32 bit-pattern route,
+# which gives the same bf16 values. Fixed when this module is imported (TRITON_INTERPRET must be set before).
+_PTX = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+# prmt selectors: byte 1 = a.byte_i, byte 2 = the sign of a.byte_i replicated, byte 3 = b.byte_i (i = 0..3)
+_PAIR_SEL = ("0x4800", "0x5910", "0x6A20", "0x7B30")
+
+
+def _e4m3_pair_asm(i: int) -> str:
+    """PTX for two int32 words a, b (pack = 2) -> bf16x2 of byte i of each as E4M3 * 2^-120, exactly: after the
+    prmt an arithmetic shift by 4 puts a.byte_i's sign on bit 15 and b.byte_i's on bit 31, the 7 exponent and
+    mantissa bits of each on bits 10..4 and 26..20 (subnormals become bf16 subnormals)."""
+    return f"{{ .reg .b32 p; prmt.b32 p, $1, $2, {_PAIR_SEL[i]}; shr.s32 p, p, 4; and.b32 $0, p, 0x87F087F0; }}"
+
+
+_E4M3_PAIR_0, _E4M3_PAIR_1, _E4M3_PAIR_2, _E4M3_PAIR_3 = (tl.constexpr(_e4m3_pair_asm(i)) for i in range(4))
+
+
+def _nvfp4_word_asm() -> str:
+    """PTX for one int32 word w (8 E2M1 nibbles, element 8c + t in nibble t) and a bf16 S -> 8 bf16, element t =
+    E2M1(nibble t) * S * 2^-126, exactly (S = block scale * 2^118 keeps it in [2^-18, 10.5]). For byte i, q = w << 4
+    holds its low nibble as a high nibble; prmt(q, w) puts element 2i in the low half and 2i + 1 in the high half,
+    each with its sign replicated above, so one arithmetic shift and one mask give the bf16x2 of E2M1 * 2^-126,
+    and one bf16x2 multiply applies the scale: 4 instructions a pair, 2.25 an element with the shift and the
+    scale pair."""
+    body = ["{ .reg .b32 q, p, s2;", "shl.b32 q, $8, 4;", "mov.b32 s2, {$9, $9};"]
+    for i in range(4):
+        body.append(f"prmt.b32 p, q, $8, {_PAIR_SEL[i]}; shr.s32 p, p, 6; and.b32 p, p, 0x81C081C0; "
+                    f"mul.rn.bf16x2 p, p, s2; mov.b32 {{${2 * i}, ${2 * i + 1}}}, p;")
+    return " ".join(body + ["}"])
+
+
+_NVFP4_WORD = tl.constexpr(_nvfp4_word_asm())
+
+MMA_M = tl.constexpr(16)  # the x tile of the tensor-core path is padded to this many rows
 M_BUCKETS = (1, 2, 4, 8, 16)
 
 
@@ -86,14 +126,44 @@ def bf16_pair_f32(xw, HI: tl.constexpr):
 
 
 @triton.jit
-def nvfp4_tile_bf16(w, sg):
+def e4m3_byte_bf16(w, ASM: tl.constexpr, B: tl.constexpr):
+    """int32 words -> bf16 E4M3 value of byte B times 2^-120, exactly; ASM is _E4M3_PAIR_<B>. The inline PTX takes
+    the words two at a time (3 instructions a pair); it is one-input, one-output and pure, so Triton moves the
+    dot-operand layout conversion above it, onto the shared-memory load of the words."""
+    if _PTX:
+        return tl.inline_asm_elementwise(ASM, "=r,r,r", [w], dtype=tl.bfloat16, is_pure=True, pack=2)
+    else:
+        return e4m3_byte_f32(w, B).to(tl.bfloat16)
+
+
+@triton.jit
+def split4_cols(x, KW: tl.constexpr):
+    """x [R, 4 KW] -> 4 tiles [R, KW]: tile t [r, j] = x[r, 4j + t] (element t of word j)."""
+    c0, c1 = tl.split(tl.reshape(x, [x.shape[0], KW, 2, 2]))
+    x0, x2 = tl.split(c0)
+    x1, x3 = tl.split(c1)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def nvfp4_tile_bf16(w, sg, PTX: tl.constexpr = False):
     """Dequantize one tile for tl.dot: words int32 [R, C] + block scales fp32 [R, C/2] -> bf16 [R, 8C].
 
     Element [r, 8c + t] = E2M1(nibble t of w[r, c]) * sg[r, c // 2] * 2^-8, exact in bf16 (at most 6 significant
     bits, magnitude in [2^-18, 10.5]); the caller multiplies the accumulator by 2^8 * weight_scale_2.
+    PTX: decode with _NVFP4_WORD (2.25 instructions an element instead of ~6). Its 8 outputs keep Triton from
+    decoding in the dot-operand layout, so the tile goes through shared memory: a win where the tile goes there
+    anyway (the wgmma GEMM), a loss in the mma.sync GEMV (27B gate_up at M = 16: 111 us against 74 us).
     """
     R: tl.constexpr = w.shape[0]
     C: tl.constexpr = w.shape[1]
+    if PTX and _PTX:
+        sw = tl.reshape(tl.join(sg, sg), [R, C])  # the scale of every word (two words a block)
+        sw = (sw * _S_UP).to(tl.bfloat16)  # exact: at most 4 significant bits, below 2^127
+        e0, e1, e2, e3, e4, e5, e6, e7 = tl.inline_asm_elementwise(
+            _NVFP4_WORD, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w, sw], dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
+        t = tl.join(tl.join(tl.join(e0, e4), tl.join(e2, e6)), tl.join(tl.join(e1, e5), tl.join(e3, e7)))
+        return tl.reshape(t, [R, C * 8])
     # nested joins put nibble t = 4a + 2b + c at index [..., a, b, c] (join adds a new last axis)
     even = tl.join(tl.join(e2m1_nibble_f32(w, 0), e2m1_nibble_f32(w, 4)),
                    tl.join(e2m1_nibble_f32(w, 2), e2m1_nibble_f32(w, 6)))
@@ -167,7 +237,8 @@ def _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKE
 
 
 @triton.jit
-def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr,
+                    PTX: tl.constexpr = False):
     KW: tl.constexpr = BLOCK_K // 8
     KG: tl.constexpr = BLOCK_K // 16
     offs_j = tl.arange(0, KW)
@@ -181,7 +252,7 @@ def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.const
         w = tl.load(w_rows + b * KW)
         sg = tl.load(s_rows + b * KG)
         x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
-    wt = nvfp4_tile_bf16(w, sg.to(tl.float8e4nv, bitcast=True).to(tl.float32))  # [BN, BK]
+    wt = nvfp4_tile_bf16(w, sg.to(tl.float8e4nv, bitcast=True).to(tl.float32), PTX)  # [BN, BK]
     return tl.dot(x, tl.trans(wt), acc)
 
 
@@ -263,23 +334,33 @@ def _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKED: tl.cons
 
 
 @triton.jit
-def _fp8_dot_step(acc, w_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
-    offs_k = tl.arange(0, BLOCK_K)
+def _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+    """acc[16, BN] += x[16, BK] @ W[BN, BK].T, reduced in word-split order: dot t sums byte t of every word."""
+    KW: tl.constexpr = BLOCK_K // 4
     if MASKED:
-        kmask = (b * BLOCK_K + offs_k) < K
-        w = tl.load(w_rows + b * BLOCK_K, mask=kmask[None, :], other=0.0)
-        x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None] & kmask[None, :], other=0.0)
+        w = tl.load(w_cols + b * KW, mask=((b * KW + tl.arange(0, KW)) < K // 4)[:, None], other=0)
+        x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None] & ((b * BLOCK_K + tl.arange(0, BLOCK_K)) < K)[None, :],
+                    other=0.0)
     else:
-        w = tl.load(w_rows + b * BLOCK_K)
+        w = tl.load(w_cols + b * KW)  # int32 [KW, BN]: no transpose between this load and the dots
         x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
-    return tl.dot(x, tl.trans(w.to(tl.bfloat16)), acc)  # e4m3 -> bf16 is exact
+    if _PTX:
+        x = x * tl.full([1, 1], _X_TC_UP, tl.bfloat16)  # exact (a power of two), bf16 so it stays one HMUL2 a pair
+    else:
+        x = (x.to(tl.float32) * _X_TC_UP).to(tl.bfloat16)
+    x0, x1, x2, x3 = split4_cols(x, KW)
+    acc = tl.dot(x0, e4m3_byte_bf16(w, _E4M3_PAIR_0, 0), acc)
+    acc = tl.dot(x1, e4m3_byte_bf16(w, _E4M3_PAIR_1, 1), acc)
+    acc = tl.dot(x2, e4m3_byte_bf16(w, _E4M3_PAIR_2, 2), acc)
+    acc = tl.dot(x3, e4m3_byte_bf16(w, _E4M3_PAIR_3, 3), acc)
+    return acc
 
 
 @triton.jit(do_not_specialize=["M"])
 def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
                     M, N, K, stride_xm, stride_wn, stride_rm, stride_om,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, TC: tl.constexpr):
     """FP8 (E4M3, per-output-channel scale) W8A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1).
 
     x_ptr    *bf16     [M, K], row stride stride_xm
@@ -288,16 +369,34 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
     bias_ptr *bf16     [N] (HAS_BIAS);  res_ptr *bf16 [M, N], row stride stride_rm (HAS_RESIDUAL)
     out_ptr  *bf16     [M, N] (SPLIT_K == 1) or *fp32 [SPLIT_K, M, N] partials, row stride stride_om
     M, N, K  i32       1 <= M <= BLOCK_M, K % 16 == 0
-    BLOCK_M  1 (CUDA-core path) or 2, 4, 8, 16 (tensor-core path); BLOCK_K >= 16.
+    BLOCK_M  1, 2, 4, 8, 16: the M bucket (1 <= M <= BLOCK_M)
+    TC       False: CUDA-core FMA path (BLOCK_M == 1, BLOCK_K >= 16); True: tensor-core path for any bucket
+             (x padded to 16 rows, BLOCK_K % 64 == 0)
     """
     tl.static_assert(BLOCK_K % 16 == 0)
     tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
+    tl.static_assert(TC or BLOCK_M == 1)
     pid_n = tl.program_id(0)
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.minimum(offs_n, N - 1)
     out_ptr += pid_k * M * stride_om
-    if BLOCK_M == 1:
+    if TC:
+        tl.static_assert(BLOCK_K % 64 == 0)
+        offs_m = tl.arange(0, MMA_M)
+        row_ok = offs_m < M
+        w_cols = (w_ptr.to(tl.pointer_type(tl.uint8)) + rows[None, :] * stride_wn).to(tl.pointer_type(tl.int32)) \
+            + tl.arange(0, BLOCK_K // 4)[:, None]
+        x_rows = x_ptr + offs_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
+        acc = tl.zeros([MMA_M, BLOCK_N], dtype=tl.float32)
+        for b in range(b_lo, b_full):
+            acc = _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K, False)
+        if has_tail:
+            acc = _fp8_tc_step(acc, w_cols, x_rows, row_ok, b_full, K, BLOCK_K, True)
+        y = acc * (tl.load(ws_ptr + rows) * _X_TC_UP)[None, :]
+        _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                        HAS_BIAS, HAS_RESIDUAL)
+    else:
         w_rows = (w_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
             + tl.arange(0, BLOCK_K // 4)[None, :]
         x32 = x_ptr.to(tl.pointer_type(tl.int32))
@@ -308,20 +407,6 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
             acc = _fp8_fma_step(acc, w_rows, x32, b_full, K, BLOCK_K, True)
         y = tl.sum(acc, axis=1) * (tl.load(ws_ptr + rows) * _FP8_FMA_DOWN)
         _epilogue_store(y[None, :], tl.arange(0, 1), offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
-                        HAS_BIAS, HAS_RESIDUAL)
-    else:
-        TILE_M: tl.constexpr = 16 if BLOCK_M < 16 else BLOCK_M
-        offs_m = tl.arange(0, TILE_M)
-        row_ok = offs_m < M
-        w_rows = w_ptr + rows[:, None] * stride_wn + tl.arange(0, BLOCK_K)[None, :]
-        x_rows = x_ptr + offs_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
-        acc = tl.zeros([TILE_M, BLOCK_N], dtype=tl.float32)
-        for b in range(b_lo, b_full):
-            acc = _fp8_dot_step(acc, w_rows, x_rows, row_ok, b, K, BLOCK_K, False)
-        if has_tail:
-            acc = _fp8_dot_step(acc, w_rows, x_rows, row_ok, b_full, K, BLOCK_K, True)
-        y = acc * tl.load(ws_ptr + rows)[None, :]
-        _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
                         HAS_BIAS, HAS_RESIDUAL)
 
 
@@ -348,14 +433,21 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
 
 # ---- configs (H200: 132 SMs, 4.2 TB/s) -----------------------------------------------------------------------
 
-def _gemv_configs(fma_tiles, dot_tiles) -> list[dict]:
-    """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket."""
+def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=()) -> list[dict]:
+    """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket. fma_tiles serve bucket 1, dot_tiles
+    buckets 2..16; tc_tiles (num_stages last) give split-position tensor-core configs ("TC": True) for every
+    bucket."""
     out = []
     for bm in M_BUCKETS:
         for bn, bk, warps in (fma_tiles if bm == 1 else dot_tiles):
             for split in (1, 2, 4, 8):
+                c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
+                     "num_warps": warps, "num_stages": 1 if bm == 1 else 3}
+                out.append(c if not tc_tiles else {**c, "TC": False})
+        for bn, bk, warps, stages in tc_tiles:
+            for split in (1, 2, 4, 8):
                 out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
-                            "num_warps": warps, "num_stages": 1 if bm == 1 else 3})
+                            "num_warps": warps, "num_stages": stages, "TC": True})
     return out
 
 
@@ -365,8 +457,10 @@ _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)], _DOT_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""
-CONFIGS_fp8_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (64, 128, 4), (128, 128, 4), (128, 256, 8)],
-                                 _DOT_TILES)
+# fp8: the split-position tensor-core path serves every bucket (fastest at M >= 2 on the H200, and at M = 1 on some
+# shapes, see NOTES.md section 4); bucket 1 also keeps the CUDA-core tiles.
+CONFIGS_fp8_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (64, 128, 4), (128, 128, 4), (128, 256, 8)], [],
+                                 [(64, 128, 4, 3), (128, 128, 4, 3), (256, 128, 8, 3), (256, 64, 4, 4)])
 """Candidates for fp8_gemv_kernel (BLOCK_K 512 on the CUDA-core path costs 248 registers and an x exchange)."""
 CONFIGS_splitk_reduce = [{"BLOCK_N": bn, "num_warps": w, "num_stages": 1} for bn, w in ((512, 4), (1024, 4), (2048, 8))]
 
@@ -447,8 +541,11 @@ def compile_aot(spec: AotSignature, arch: int = 90):
 
 
 def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
-    return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
-            "SPLIT_K": config["SPLIT_K"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+    cx = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+          "SPLIT_K": config["SPLIT_K"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+    if "TC" in config:  # fp8_gemv_kernel's path switch
+        cx["TC"] = config["TC"]
+    return cx
 
 
 GEMV_GRID = ("cdiv(N, BLOCK_N)", "SPLIT_K", "1")
@@ -468,9 +565,15 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
                          GEMV_GRID)
 
 
+def _fp8_path(config: dict) -> dict:
+    """config with its "TC" switch; without one, the CUDA-core path for BLOCK_M 1 and tensor cores above."""
+    return config if "TC" in config else {**config, "TC": config["BLOCK_M"] > 1}
+
+
 def signature_fp8_gemv(config: dict, N: int, K: int, has_bias: bool = False,
                        has_residual: bool = False) -> AotSignature:
     """fp8_gemv_kernel for a contiguous [N, K] weight (out_ptr typed as for signature_nvfp4_gemv)."""
+    config = _fp8_path(config)
     out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
     types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "bias_ptr": "*bf16", "res_ptr": "*bf16",
              "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
@@ -574,8 +677,8 @@ def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
     if (weight.dtype != torch.float8_e4m3fn or weight_scale.dtype != torch.float32
             or tuple(weight_scale.shape) != (N,)):
         raise ValueError("fp8 weight must be e4m3 [N, K] with f32 weight_scale [N].")
-    return _run_gemv(fp8_gemv_kernel, x, (weight, weight_scale), (weight.stride(0),), N, K, config, bias, residual,
-                     out, workspace)
+    return _run_gemv(fp8_gemv_kernel, x, (weight, weight_scale), (weight.stride(0),), N, K, _fp8_path(config), bias,
+                     residual, out, workspace)
 
 
 def launch_splitk_reduce(partials: torch.Tensor, out: torch.Tensor, config: dict,

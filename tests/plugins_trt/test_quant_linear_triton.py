@@ -198,14 +198,29 @@ def _cfg(bm, bn=32, bk=32, split=1, warps=4, stages=1):
 # (M, config): BLOCK_M 1 is the CUDA-core path, BLOCK_M 4 and 16 the tensor-core path; K = 80 leaves a partial
 # tail block of 16, N = 104 a partial row block; SPLIT_K 4 over three K blocks leaves one split empty.
 GEMV_CASES = [(1, _cfg(1)), (1, _cfg(1, split=4)), (3, _cfg(4)), (3, _cfg(4, split=2)), (16, _cfg(16, bk=64, split=2))]
+# fp8's split-position tensor-core path (BLOCK_K % 64 == 0), M = 1 included; K = 80 + 64 leaves a partial tail block
+FP8_TC_CASES = [(1, {**_cfg(1, bk=64), "TC": True}), (3, _cfg(4, bk=64, split=2)), (16, _cfg(16, bk=128))]
 
 
 @cpu_only
-@pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
-@pytest.mark.parametrize("M,config", GEMV_CASES, ids=lambda v: f"M{v}" if isinstance(v, int) else
+@pytest.mark.parametrize("fmt,M,config", [("nvfp4", m, c) for m, c in GEMV_CASES]
+                         + [("fp8", m, c) for m, c in GEMV_CASES if c["BLOCK_M"] == 1],  # fp8 M > 1: below
+                         ids=lambda v: f"M{v}" if isinstance(v, int) else v if isinstance(v, str) else
                          f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}")
 def test_gemv_interpreter(fmt, M, config):
     check_gemv(fmt, M, 104, 80, config, seed=len(fmt) * 1000 + M * 100 + config["BLOCK_M"] * 10 + config["SPLIT_K"])
+
+
+@cpu_only
+@pytest.mark.parametrize("M,config", FP8_TC_CASES, ids=lambda v: f"M{v}" if isinstance(v, int) else
+                         f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}")
+def test_fp8_tc_gemv_interpreter(M, config):
+    """Every e4m3 code (NaN aside) through the byte-split decode; K = 144 leaves a partial K block."""
+    g = torch.Generator().manual_seed(7 + M)
+    bits = torch.randint(0, 256, (72, 144), generator=g, dtype=torch.uint8)
+    bits[(bits & 0x7F) == 0x7F] = 0x01
+    qt = QTensor("fp8", bits.view(torch.float8_e4m3fn), torch.rand(72, generator=g) + 0.5, None)
+    check_gemv("fp8", M, 72, 144, config, seed=M, qt=to_device(qt))
 
 
 @cpu_only
@@ -416,7 +431,9 @@ ALIGNED = (4096, 4096)
 def test_gemv_gpu(fmt, M, shape):
     configs = GV.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else GV.CONFIGS_fp8_gemv
     bucket = GV.gemv_bucket(M)
-    picks = [c for c in configs if c["BLOCK_M"] == bucket and c["SPLIT_K"] in (1, 4)][:4]
+    same = [c for c in configs if c["BLOCK_M"] == bucket and c["SPLIT_K"] in (1, 4)]
+    picks = [c for c in same if not c.get("TC")][:2] + [c for c in same if c.get("TC")][:2]  # every path
+    picks = picks if len(picks) == 4 else same[:4]
     for i, cfg in enumerate(picks):
         check_gemv(fmt, M, *shape, cfg, seed=100 * M + i, epilogue=i % 2 == 0, qt=cached_weight(fmt, *shape))
 

@@ -117,3 +117,16 @@ def test_cuda_linear_compiles_nothing_at_run_time(cuda_engines, tmp_path):
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0 and "ok" in run.stdout, run.stdout + run.stderr
     assert not any(cache.iterdir())
+
+
+def test_gemv_candidates_keep_both_fp8_paths():
+    """The M = 1 bucket of fp8 is timed on CUDA-core and tensor-core configs alike; other buckets on tensor cores."""
+    from atlas.build_engine.linear_kernels import gemv_candidates
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+
+    one = gemv_candidates(gemv.CONFIGS_fp8_gemv, 1, 28672, 6)
+    assert len(one) == 6 and sum(c["TC"] for c in one) == 3
+    assert all(c["BLOCK_M"] == 1 for c in one)
+    sixteen = gemv_candidates(gemv.CONFIGS_fp8_gemv, 16, 28672, 6)
+    assert sixteen and all(c["TC"] and c["BLOCK_M"] == 16 for c in sixteen)
+    assert all("TC" not in c for c in gemv_candidates(gemv.CONFIGS_nvfp4_gemv, 1, 28672, 6))
