@@ -17,8 +17,8 @@ Design (memory-bound: the floor is the weight bytes over bandwidth):
     chains per word; the nvfp4 block scale multiplies each word's partial sum (once per 8 elements).
     The x slice each thread needs is loaded with the weights' own layout (no shared-memory exchange).
   * nvfp4, BLOCK_M in 2..16: tensor-core path. Weights are dequantized in registers to bf16 (exactly
-    E2M1 * block scale * 2^-8, in the dot-operand layout straight from shared memory) and fed to tl.dot with the x tile padded to 16 rows (mma m16n8k16); the per-row scale is
-    applied to the fp32 accumulator.
+    E2M1 * block scale * 2^-8, in the dot-operand layout straight from shared memory) and fed to tl.dot with
+    the x tile padded to 16 rows (mma m16n8k16); the per-row scale is applied to the fp32 accumulator.
   * fp8, TC configs (any bucket): split-position tensor-core path. The reduction runs in split order: dot t sums
     byte t of every int32 word against x_t[m, j] = x[m, 4j + t] (a register split of the x tile), so a weight
     word never has to be rearranged. Byte t of two words becomes one bf16x2 (E4M3 * 2^-120, exact) in three PTX
