@@ -567,7 +567,12 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
 
 def _fp8_path(config: dict) -> dict:
     """config with its "TC" switch; without one, the CUDA-core path for BLOCK_M 1 and tensor cores above."""
-    return config if "TC" in config else {**config, "TC": config["BLOCK_M"] > 1}
+    config = config if "TC" in config else {**config, "TC": config["BLOCK_M"] > 1}
+    if not config["TC"] and config["BLOCK_M"] != 1:
+        raise ValueError(f"fp8 GEMV config {config}: the CUDA-core path (TC False) serves BLOCK_M 1 only.")
+    if config["TC"] and config["BLOCK_K"] % 64:
+        raise ValueError(f"fp8 GEMV config {config}: the tensor-core path needs BLOCK_K a multiple of 64.")
+    return config
 
 
 def signature_fp8_gemv(config: dict, N: int, K: int, has_bias: bool = False,

@@ -211,6 +211,15 @@ def test_gemv_interpreter(fmt, M, config):
     check_gemv(fmt, M, 104, 80, config, seed=len(fmt) * 1000 + M * 100 + config["BLOCK_M"] * 10 + config["SPLIT_K"])
 
 
+def test_fp8_gemv_rejects_a_config_its_paths_cannot_run():
+    x = torch.zeros(2, 128, dtype=torch.bfloat16)
+    w, ws = torch.zeros(8, 128, dtype=torch.float8_e4m3fn), torch.ones(8)
+    with pytest.raises(ValueError, match="BLOCK_M 1 only"):
+        GV.launch_fp8_gemv(x, w, ws, {**_cfg(4, bk=64), "TC": False})
+    with pytest.raises(ValueError, match="multiple of 64"):
+        GV.launch_fp8_gemv(x, w, ws, _cfg(4, bk=32))
+
+
 @cpu_only
 @pytest.mark.parametrize("M,config", FP8_TC_CASES, ids=lambda v: f"M{v}" if isinstance(v, int) else
                          f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}")
