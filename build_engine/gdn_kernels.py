@@ -21,6 +21,8 @@ The plan the runtime reads (manifest["gdn_kernels"]):
      "verify_replay": name,                  # rollback mode "replay": keeps the raw inputs only
      "commit": name,                         # mode "states": steps[b, n-1] -> slot, window slid by n
      "commit_replay": name,                  # either mode: re-run the accepted tokens in place (lens = accepted)
+     "verify_deltas": {"2": name, ..., "17": name},  # rollback mode "deltas": the chunk-form verify (one
+     "commit_deltas": {"2": name, ..., "17": name},  #   instance per token tile, 16 or 32) and its rank-n commit
      "conv_varlen": name,                    # prefill conv + SiLU, windows updated
      "conv_update": name, "conv_update_verify": name, "conv_commit": name,   # the unfused conv path
      "chunk": [wy, state, out],              # chunked prefill stages in launch order (state at the largest BV)
@@ -59,6 +61,7 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     from atlas.plugins_trt.gated_delta_net import triton_chunk as chunk
     from atlas.plugins_trt.gated_delta_net import triton_recurrent as rec
     from atlas.plugins_trt.gated_delta_net import triton_verify as ver
+    from atlas.plugins_trt.gated_delta_net import triton_verify_chunk as vc
 
     HK, HV = config.linear_num_key_heads, config.linear_num_value_heads
     DK, DV, KW, C = config.linear_key_head_dim, config.linear_value_head_dim, config.linear_conv_kernel, \
@@ -68,7 +71,7 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     specs, info = [], {}
 
     def add(role: str, sig, grid: list[str]) -> str:
-        cfg = {k: v for k, v in sig.constexprs.items() if k in TILE_KEYS or k in ("SNAPSHOT", "DOT_PREC")}
+        cfg = {k: v for k, v in sig.constexprs.items() if k in TILE_KEYS or k in ("SNAPSHOT", "DOT_PREC", "TP")}
         cfg.update(num_warps=sig.num_warps, num_stages=sig.num_stages)
         name = f"gdn_{role}.{tag}." + "_".join(str(v) for v in cfg.values())
         ints = {p for p, ty in sig.params if not ty.startswith("*")}
@@ -96,6 +99,18 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=False)
     plan["commit_replay"] = add("commit_replay", rec.signature_gdn_recurrent(
         "commit_replay", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
+    # rollback mode "deltas": one verify and one commit instance per token tile
+    vd, cd = {}, {}
+    for t in VERIFY_WIDTHS:
+        tp = vc.token_tile(t)
+        if tp not in vd:
+            bv, warps = vc.verify_chunk_config(t, 1, HV, DV, fuse_norm=True)
+            vd[tp] = add("verify_deltas", vc.signature_gdn_verify_chunk(HK, HV, DK, DV, t, BV=bv, num_warps=warps,
+                                                                         norm_eps=eps), rgrid)
+            cd[tp] = add("commit_deltas", vc.signature_gdn_commit_deltas(HK, HV, DK, DV, KW, t,
+                                                                          BV=vc.commit_deltas_bv(DV)), rgrid)
+    plan["verify_deltas"] = {str(t): vd[vc.token_tile(t)] for t in VERIFY_WIDTHS}
+    plan["commit_deltas"] = {str(t): cd[vc.token_tile(t)] for t in VERIFY_WIDTHS}
     # the conv on its own: prefill (before the chunked stages), and the unfused decode / verify / commit path
     plan["conv_varlen"] = add("conv_varlen", conv.signature_conv_varlen(KW),
                               ["N", "cdiv(max_T, BT)", "cdiv(C, BC)"])

@@ -11,9 +11,10 @@ fp32 recurrent state, conv width 4:
   one fused kernel; fla: causal_conv1d_update + fused_recurrent_gated_delta_rule + state write-back;
   `fla_kernel_us` leaves the write-back out);
 - verify K in {2, 4, 8, 17} at B in {1, 8}: K tokens from the slots, then the commit of an accepted prefix
-  (Atlas mode "states": per-token states + copy commit, and mode "replay"; fla: causal_conv1d over K tokens
-  + fused_recurrent over K tokens + write-back of the final states. fla keeps no per-token states, so it
-  cannot roll back a partial accept: it does less work than either Atlas mode).
+  (Atlas rollback mode "deltas", the default: chunk-form verify + rank-n commit; also timed: mode "states",
+  per-token states + copy commit, and mode "replay"; fla: causal_conv1d over K tokens + fused_recurrent over
+  K tokens + write-back of the final states. fla keeps nothing to roll back a partial accept with: it does
+  less work than any Atlas mode).
 
 Every case is timed as CUDA-graph replays of the same work on both sides (median over repeats; inputs
 rotate over enough state copies to exceed 4x L2); a side that cannot be captured is timed with events over
@@ -185,7 +186,7 @@ def case_decode(L: Layer, B: int, fla, repeats: int, bw: float, cfg: dict | None
 
 
 def case_verify(L: Layer, B: int, K: int, fla, repeats: int, bw: float, cfg: dict | None = None,
-                modes=("states", "replay")) -> dict:
+                modes=("deltas", "states", "replay")) -> dict:
     n = copies_for(B * (K + 3) * L.state_bytes)
     x, ab = L.rand(B, K, L.C), L.rand(B, K, 2 * L.HV)
     a, b = ab[..., :L.HV], ab[..., L.HV:]
@@ -202,8 +203,9 @@ def case_verify(L: Layer, B: int, K: int, fla, repeats: int, bw: float, cfg: dic
         def step(i, mode=mode, rbs=rbs):
             s = slot_sets[i]
             launch_gdn_verify(x, a, b, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK, rbs[i], out=o, **cfg)
-            if mode == "states":
-                launch_gdn_commit(rbs[i], accepted, window, state, s, L.HK)
+            if mode in ("states", "deltas"):
+                launch_gdn_commit(rbs[i], accepted, window, state, s, L.HK,
+                                  **{k: v for k, v in cfg.items() if k == "dot_prec"})
             else:
                 launch_gdn_commit_replay(rbs[i], accepted, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK,
                                          **cfg)
@@ -234,32 +236,40 @@ def finish(row: dict, nbytes: int, bw: float) -> dict:
     row["atlas_fraction_of_floor"] = row["floor_us"] / row["atlas_us"]
     if "fla_us" in row:
         row["speedup_vs_fla"] = row["fla_us"] / row["atlas_us"]
-        if "atlas_replay_us" in row:
-            row["speedup_replay_vs_fla"] = row["fla_us"] / row["atlas_replay_us"]
+        for mode in ("states", "replay"):
+            if f"atlas_{mode}_us" in row:
+                row[f"speedup_{mode}_vs_fla"] = row["fla_us"] / row[f"atlas_{mode}_us"]
     return row
 
 
 SWEEP = {
     "decode": [dict(BV=bv, num_warps=w) for bv, w in [(32, 4), (16, 2), (16, 1), (8, 1), (64, 4)]],
     "verify": [dict(BV=bv, num_warps=w) for bv, w in [(32, 4), (16, 2), (16, 1), (8, 1)]],
+    "verify_deltas": [dict(BV=bv, num_warps=w, dot_prec=p) for p in ("tf32", "tf32x3")
+                      for bv, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]]
+    + [dict(BV=bv, num_warps=w, dot_prec="ieee") for bv, w in [(32, 4), (64, 8)]],
     "prefill": [dict(BV=bv, num_warps=(8, w, 4)) for bv, w in [(16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]],
 }
 
 
-def sweep(fla, repeats: int, bw: float) -> list[dict]:
+def sweep(kinds: list[str], repeats: int, bw: float) -> list[dict]:
     """Atlas-only timings of launch configurations at Qwen3.5-27B's shape, to choose defaults."""
     L = Layer(*MODELS["qwen3.5-27b"])
     rows = []
-    for cfg in SWEEP["decode"]:
+    for cfg in SWEEP["decode"] if "decode" in kinds else []:
         for B in (1, 8, 64):
             r = case_decode(L, B, None, repeats, bw, cfg)
             rows.append({"case": f"decode B{B}", "cfg": cfg, "us": r["atlas_us"]})
-    for cfg in SWEEP["verify"]:
+    for cfg in SWEEP["verify"] if "verify" in kinds else []:
         for B, K in ((1, 8), (8, 17)):
             r = case_verify(L, B, K, None, repeats, bw, cfg, modes=("states", "replay"))
             rows.append({"case": f"verify B{B} K{K}", "cfg": cfg, "us": r["atlas_states_us"],
                          "replay_us": r["atlas_replay_us"]})
-    for cfg in SWEEP["prefill"]:
+    for cfg in SWEEP["verify_deltas"] if "verify_deltas" in kinds else []:
+        for B, K in ((1, 4), (1, 17), (8, 4), (8, 17)):
+            r = case_verify(L, B, K, None, repeats, bw, cfg, modes=("deltas",))
+            rows.append({"case": f"verify(deltas) B{B} K{K}", "cfg": cfg, "us": r["atlas_deltas_us"]})
+    for cfg in SWEEP["prefill"] if "prefill" in kinds else []:
         for T in (4096, 32768):
             rows.append({"case": f"prefill T{T}", "cfg": {**cfg, "num_warps": list(cfg["num_warps"])},
                          "us": case_prefill(L, T, None, repeats, bw, cfg)["atlas_us"]})
@@ -313,7 +323,7 @@ def stages(T: int, repeats: int) -> list[dict]:
 
 def print_table(cases: list[dict]) -> None:
     print(f"\n{'model':16s} {'case':18s} {'atlas us':>10s} {'fla us':>10s} {'speedup':>8s} {'%floor':>7s} "
-          f"{'replay':>8s}")
+          f"{'states':>8s} {'replay':>8s}")
     for c in cases:
         if "error" in c:
             print(f"{c['model']:16s} {c['kind']:8s} {c.get('params')} ERROR {c['error'][:60]}")
@@ -322,7 +332,7 @@ def print_table(cases: list[dict]) -> None:
                 "verify": f"verify B{c.get('B')} K{c.get('K')}"}[c["kind"]]
         fl = f"{c['fla_us']:10.1f}" if "fla_us" in c else f"{'-':>10s}"
         sp = f"{c['speedup_vs_fla']:8.2f}" if "speedup_vs_fla" in c else f"{'-':>8s}"
-        rp = f"{c['speedup_replay_vs_fla']:8.2f}" if "speedup_replay_vs_fla" in c else ""
+        rp = " ".join(f"{c[k]:8.2f}" for k in ("speedup_states_vs_fla", "speedup_replay_vs_fla") if k in c)
         print(f"{c['model']:16s} {name:18s} {c['atlas_us']:10.1f} {fl} {sp} "
               f"{100 * c['atlas_fraction_of_floor']:6.1f}% {rp}")
 
@@ -336,7 +346,8 @@ def main(argv=None) -> int:
     p.add_argument("--decode", default="1,8,64")
     p.add_argument("--verify-k", default="2,4,8,17")
     p.add_argument("--verify-b", default="1,8")
-    p.add_argument("--sweep", action="store_true", help="also time launch configurations (Atlas only)")
+    p.add_argument("--sweep", default="", help="also time launch configurations (Atlas only) of these kinds: "
+                   f"comma-separated from {list(SWEEP)}, or all")
     p.add_argument("--stages", default="", help="prefill lengths whose stages are timed one by one first")
     p.add_argument("--chunk-warps", default="2,4,4",
                    help="num_warps of the three chunked-prefill stages, or auto (needs --stages)")
@@ -379,8 +390,10 @@ def main(argv=None) -> int:
 
     swept = None
     if args.sweep:
+        if not set(args.sweep.split(",")) <= set(SWEEP) | {"all"}:
+            p.error(f"--sweep: kinds are {list(SWEEP)} or all, got {args.sweep!r}")
         try:
-            swept = sweep(fla, args.repeats, bw)
+            swept = sweep(list(SWEEP) if args.sweep == "all" else args.sweep.split(","), args.repeats, bw)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             swept = [{"error": f"{type(e).__name__}: {e}"}]
@@ -391,6 +404,7 @@ def main(argv=None) -> int:
 
     summary = {"min_prefill_speedup_vs_fla": smallest("prefill"), "min_decode_speedup_vs_fla": smallest("decode"),
                "min_verify_speedup_vs_fla": smallest("verify"),
+               "min_verify_states_speedup_vs_fla": smallest("verify", "speedup_states_vs_fla"),
                "min_verify_replay_speedup_vs_fla": smallest("verify", "speedup_replay_vs_fla")}
     result = {"device": info, "copy_bandwidth_Bps": bw, "cases": cases, "summary": summary,
               "wall_s": round(time.time() - t_start, 1)}

@@ -8,10 +8,14 @@ to roll back exactly, chosen per call:
   52 MB for T 17, HV 48, D 128, per sequence and layer).
 - mode "replay": nothing but the raw inputs is kept; the commit re-runs the n accepted tokens from the
   slot, in place (one state read and write). Three state passes in all, whatever T.
+- mode "deltas" (triton_verify_chunk.py): the T tokens are solved as one chunk; per token the normalised
+  key, the delta-rule update u_t and the decay g_t are kept (fp32, T·(HK·DK + HV·DV + HV)·4 bytes), from
+  which the state after any prefix follows; the commit applies the accepted prefix as one rank-n update
+  (one state read and write). Three state passes in all, and no token-by-token chain in either kernel.
 
-Both keep the raw conv inputs (`keep_x [B, T, C]`) and gate inputs (`keep_ab [B, T, 2·HV]`), and both
+All keep the raw conv inputs (`keep_x [B, T, C]`) and gate inputs (`keep_ab [B, T, 2·HV]`), and both
 commits slide the conv window by n. n = accepted[b] counts the verify tokens that stay (0..T; 0 keeps
-the slot as it was). Output of both: o [B, T, HV, DV], identical between modes.
+the slot as it was). Output of both: o [B, T, HV, DV], the same up to fp32 rounding in every mode (bitwise between "states" and "replay").
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ import torch
 import triton
 import triton.language as tl
 
-from atlas.plugins_trt.causal_conv1d.triton_conv import slide_window
 from atlas.plugins_trt.gated_delta_net.triton_recurrent import launch_recurrent, rows
+from atlas.plugins_trt.gated_delta_net.triton_verify_chunk import (launch_commit_deltas, launch_verify_chunk,
+                                                                    slide_head_windows)
+
+
+MODES = ("states", "replay", "deltas")
 
 
 @dataclass
@@ -36,15 +44,33 @@ class VerifyRollback:
     """[B, T, 2·HV] raw gate inputs [a | b]."""
     steps: torch.Tensor | None
     """[B, T, HV, DK, DV] state after each token (mode "states"), else None."""
+    k: torch.Tensor | None = None
+    """fp32 [B, T, HK, DK] normalised keys (mode "deltas"), else None."""
+    u: torch.Tensor | None = None
+    """fp32 [B, T, HV, DV] delta-rule updates u_t (mode "deltas")."""
+    g: torch.Tensor | None = None
+    """fp32 [B, T, HV] log decays g_t (mode "deltas")."""
 
     @classmethod
     def empty(cls, B: int, T: int, C: int, HV: int, DK: int, DV: int, dtype: torch.dtype, device,
               mode: str = "states", state_dtype: torch.dtype = torch.float32) -> "VerifyRollback":
-        if mode not in ("states", "replay"):
-            raise ValueError(f"mode must be 'states' or 'replay', got {mode!r}")
-        steps = torch.empty((B, T, HV, DK, DV), dtype=state_dtype, device=device) if mode == "states" else None
-        return cls(torch.empty((B, T, C), dtype=dtype, device=device),
-                   torch.empty((B, T, 2 * HV), dtype=dtype, device=device), steps)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        keep = (torch.empty((B, T, C), dtype=dtype, device=device), torch.empty((B, T, 2 * HV), dtype=dtype, device=device))
+        if mode == "states":
+            return cls(*keep, torch.empty((B, T, HV, DK, DV), dtype=state_dtype, device=device))
+        if mode == "replay":
+            return cls(*keep, None)
+        HK, rem = divmod(C - HV * DV, 2 * DK)
+        if rem or HK <= 0:
+            raise ValueError(f"conv channels {C} are not 2·HK·{DK} + {HV}·{DV} for any key head count HK")
+        f32 = dict(dtype=torch.float32, device=device)
+        return cls(*keep, None, torch.empty((B, T, HK, DK), **f32), torch.empty((B, T, HV, DV), **f32),
+                   torch.empty((B, T, HV), **f32))
+
+    @property
+    def mode(self) -> str:
+        return "states" if self.steps is not None else "deltas" if self.u is not None else "replay"
 
     @property
     def T(self) -> int:
@@ -57,7 +83,7 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                       conv_bias: torch.Tensor | None = None, z: torch.Tensor | None = None,
                       norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
                       out: torch.Tensor | None = None, BV: int | None = None,
-                      num_warps: int | None = None) -> torch.Tensor:
+                      num_warps: int | None = None, dot_prec: str = "tf32") -> torch.Tensor:
     """Verify T tokens per sequence from the slots without changing them.
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
@@ -65,7 +91,19 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     """
     B, T, C = mixed_qkv.shape
     _, HV, DK, DV = state.shape
+    if rollback.keep_x.shape != (B, T, C):
+        raise ValueError(f"rollback buffers are for [B, T, C] = {list(rollback.keep_x.shape)}, the verify is "
+                         f"{[B, T, C]}: make them with VerifyRollback.empty for this batch and width")
     o = torch.empty((B, T, HV, DV), dtype=mixed_qkv.dtype, device=mixed_qkv.device) if out is None else out
+    if rollback.mode == "deltas":
+        R = rollback
+        launch_verify_chunk(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,
+                            conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T,
+                            o=o.view(B * T, HV * DV), keep_x=R.keep_x.view(B * T, C),
+                            keep_ab=R.keep_ab.view(B * T, 2 * HV), dk=R.k, du=R.u, dg=R.g,
+                            z=rows(z, "z", HV * DV) if z is not None else None, norm_weight=norm_weight,
+                            norm_eps=norm_eps, BV=BV, num_warps=num_warps, dot_prec=dot_prec)
+        return o
     launch_recurrent(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight, conv_bias,
                      A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T, o=o.view(B * T, HV * DV),
                      z=rows(z, "z", HV * DV) if z is not None else None, norm_weight=norm_weight,
@@ -89,8 +127,6 @@ def gdn_commit_kernel(
     """Grid (DV // BV, HV, B): slot state <- steps[b, n-1]; window slid by n. Channel ownership as in
     the verify: v channels per program, q/k channels of key head kh by (h % R == 0, tile 0)."""
     iv, h, bi = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    R: tl.constexpr = HV // HK
-    C: tl.constexpr = 2 * HK * DK + HV * DV
     slot = tl.load(slots + bi).to(tl.int64)
     n = tl.load(accepted + bi)
     if (slot < 0) | (n <= 0):
@@ -100,23 +136,22 @@ def gdn_commit_kernel(
     src = steps + (((bi * T + n - 1).to(tl.int64) * HV + h) * DK + ck[:, None]) * DV + cv[None, :]
     dst = state + ((slot * HV + h) * DK + ck[:, None]) * DV + cv[None, :]
     tl.store(dst, tl.load(src).to(state.dtype.element_ty))
-    win = window + slot * (C * (KW - 1))
-    xs = keep_x + (bi * T).to(tl.int64) * C
-    v_ch = 2 * HK * DK + h * DV + cv
-    slide_window(win, xs, C, v_ch, cv < DV, n, KW, WP)
-    if (h % R == 0) & (iv == 0):
-        kh = h // R
-        slide_window(win, xs, C, kh * DK + ck, ck < DK, n, KW, WP)
-        slide_window(win, xs, C, HK * DK + kh * DK + ck, ck < DK, n, KW, WP)
+    slide_head_windows(window, keep_x, slot, bi, T, n, h, iv, cv, HK, HV, DK, DV, KW, WP)
 
 
 def launch_gdn_commit(rollback: VerifyRollback, accepted: torch.Tensor, window: torch.Tensor,
                       state: torch.Tensor, slots: torch.Tensor, num_k_heads: int, BV: int | None = None,
-                      num_warps: int = 4) -> None:
-    """Mode "states": copy the state after accepted[b] tokens into each slot and slide its conv window."""
+                      num_warps: int = 4, dot_prec: str = "tf32") -> None:
+    """Install the state after accepted[b] tokens in each slot and slide its conv window: mode "states"
+    copies the kept state, mode "deltas" applies the kept updates (one rank-n update)."""
+    B, T, C = rollback.keep_x.shape
+    if rollback.mode == "deltas":
+        launch_commit_deltas(rollback.k.view(B * T, -1), rollback.u.view(B * T, -1), rollback.g.view(B * T, -1),
+                             rollback.keep_x.view(B * T, C), accepted, window, state, slots,
+                             num_k_heads=num_k_heads, T=T, BV=BV, num_warps=num_warps, dot_prec=dot_prec)
+        return
     if rollback.steps is None:
         raise ValueError("this rollback was made in mode 'replay': commit with launch_gdn_commit_replay")
-    B, T, C = rollback.keep_x.shape
     _, HV, DK, DV = state.shape
     KW = window.shape[2] + 1
     BV = BV or min(DV, 64)

@@ -229,7 +229,7 @@ def test_decode_skips_padding_rows_and_fuses_gated_norm():
     assert torch.equal(state[others], s.state[others]) and torch.equal(window[others], s.window[others])
 
 
-@pytest.mark.parametrize("mode", ["states", "replay"])
+@pytest.mark.parametrize("mode", ["states", "replay", "deltas"])
 @pytest.mark.parametrize("dims", SHAPES, ids=SHAPE_IDS)
 def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
     s = Shape(*dims, seed=5)
@@ -263,6 +263,68 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
         _, wr, Sr = s.ref(x[i, :n], a[i, :n], b[i, :n], s.window[sl], s.state[sl])
         report(f"commit({mode}) state seq{i} n={n}", rel(state[sl], Sr))
         report(f"commit({mode}) window seq{i} n={n}", rel(window[sl], wr))
+
+
+@pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
+def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K):
+    """Mode "deltas" (the chunk-form verify) at both token tiles (16, 32), with conv bias, the fused gated
+    norm and a padding row; its commit installs exactly the accepted prefix."""
+    s = Shape(2, 4, 16, 32, seed=9)
+    B = 3
+    slots = torch.tensor([2, -1, 6], dtype=torch.int32, device=DEV)
+    x, a, b = s.rand(B, K, s.C), s.rand(B, K, s.HV), s.rand(B, K, s.HV)
+    z, norm_w, cb = s.rand(B, K, s.HV * s.DV), s.rand(s.DV), s.rand(s.C)
+    window, state = s.window.clone(), s.state.clone()
+    rb = VerifyRollback.empty(B, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
+    assert rb.mode == "deltas"
+    o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb, conv_bias=cb,
+                          z=z, norm_weight=norm_w, out=poison(B, K, s.HV, s.DV))
+    assert torch.equal(window, s.window) and torch.equal(state, s.state), "verify changed a slot"
+    assert torch.isnan(o[1]).all(), "a padding row was written"
+
+    def ref(i, n):
+        sl = int(slots[i])
+        y, win = causal_conv1d(x[i, :n], s.window[sl], s.conv_w, cb)
+        q, k, v = y.split([s.HK * s.DK, s.HK * s.DK, s.HV * s.DV], dim=-1)
+        g, beta = gdn_gating(a[i, :n], b[i, :n], s.A_log, s.dt_bias)
+        on, Sn = gated_delta_rule(q.reshape(n, s.HK, s.DK), k.reshape(n, s.HK, s.DK), v.reshape(n, s.HV, s.DV),
+                                  g, beta, s.state[sl])
+        return on, win, Sn
+
+    for i in (0, 2):
+        orf, _, _ = ref(i, K)
+        report(f"verify(deltas) K{K} o+norm seq{i}", rel(o[i], gated_rms_norm(orf, z[i].view(K, s.HV, s.DV),
+                                                                                norm_w, 1e-6)))
+    accepted = torch.tensor([K - 1, 3, K], dtype=torch.int32, device=DEV)
+    launch_gdn_commit(rb, accepted, window, state, slots, s.HK)
+    for i in (0, 2):
+        sl, n = int(slots[i]), int(accepted[i])
+        _, wr, Sr = ref(i, n)
+        report(f"commit(deltas) K{K} n={n} state seq{i}", rel(state[sl], Sr))
+        report(f"commit(deltas) K{K} n={n} window seq{i}", rel(window[sl], wr))
+    others = [j for j in range(state.shape[0]) if j not in (2, 6)]
+    assert torch.equal(state[others], s.state[others]) and torch.equal(window[others], s.window[others])
+
+
+def test_verify_deltas_stays_exact_on_repeated_keys():
+    """The same input for every token (equal keys, beta near 1, slow decay) is where a triangular solve
+    loses accuracy if done carelessly; the chunk verify must still match the token-by-token reference."""
+    s = Shape(2, 4, 16, 32, seed=10)
+    s.A_log.fill_(-6.0)  # decay ~ 1 per token
+    K = 17
+    x = s.rand(1, 1, s.C).expand(1, K, s.C).contiguous()
+    a = s.rand(1, K, s.HV)
+    b = torch.full((1, K, s.HV), 6.0, device=DEV)  # beta = sigmoid(6) ~ 0.998
+    slots = torch.tensor([4], dtype=torch.int32, device=DEV)
+    window, state = s.window.clone(), s.state.clone()
+    rb = VerifyRollback.empty(1, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
+    o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb,
+                          out=poison(1, K, s.HV, s.DV))
+    orf, _, _ = s.ref(x[0], a[0], b[0], s.window[4], s.state[4])
+    report("verify(deltas) repeated keys o", rel(o[0], orf))
+    launch_gdn_commit(rb, torch.tensor([K], dtype=torch.int32, device=DEV), window, state, slots, s.HK)
+    _, _, Sr = s.ref(x[0], a[0], b[0], s.window[4], s.state[4])
+    report("commit(deltas) repeated keys state", rel(state[4], Sr))
 
 
 # ---------------------------------------------------------------------------------------- chunked prefill
@@ -509,20 +571,21 @@ def test_gpu_decode_and_verify_real_shapes(model):
         of, _ = fla[1](q.view(1, 1, HK, D), k.view(1, 1, HK, D), v.view(1, 1, HV, D), g=a[:1].view(1, 1, HV),
                        beta=b[:1].view(1, 1, HV), initial_state=s.state[slots[:1].long()], **_fla_kwargs(s))
         print(f"    fla decode seq0 vs atlas: {rel(o[0], of[0, 0].float()):.2e}")
-    K = 17
-    x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
-    window, state = s.window.clone(), s.state.clone()
-    rb = VerifyRollback.empty(2, K, s.C, HV, D, D, torch.bfloat16, DEV)
-    o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots[:2], HK, rb,
-                          out=poison(2, K, HV, D, dtype=torch.bfloat16))
-    accepted = torch.tensor([5, K], dtype=torch.int32, device=DEV)
-    launch_gdn_commit(rb, accepted, window, state, slots[:2], HK)
-    for i, sl in enumerate(slots[:2].tolist()):
-        orf, _, _ = s.ref(x[i], a[i], b[i], s.window[sl], s.state[sl])
-        report(f"{model} verify K{K} o seq{i}", rel(o[i], orf.to(DEV)), BF16_TOL)
-        n = int(accepted[i])
-        _, _, Sr = s.ref(x[i, :n], a[i, :n], b[i, :n], s.window[sl], s.state[sl])
-        report(f"{model} commit n={n} state seq{i}", rel(state[sl], Sr), BF16_TOL)
+    for mode in ("states", "deltas"):
+        for K in (4, 17):
+            x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
+            window, state = s.window.clone(), s.state.clone()
+            rb = VerifyRollback.empty(2, K, s.C, HV, D, D, torch.bfloat16, DEV, mode=mode)
+            o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots[:2], HK, rb,
+                                  out=poison(2, K, HV, D, dtype=torch.bfloat16))
+            accepted = torch.tensor([K // 2 + 1, K], dtype=torch.int32, device=DEV)
+            launch_gdn_commit(rb, accepted, window, state, slots[:2], HK)
+            for i, sl in enumerate(slots[:2].tolist()):
+                orf, _, _ = s.ref(x[i], a[i], b[i], s.window[sl], s.state[sl])
+                report(f"{model} verify({mode}) K{K} o seq{i}", rel(o[i], orf.to(DEV)), BF16_TOL)
+                n = int(accepted[i])
+                _, _, Sr = s.ref(x[i, :n], a[i, :n], b[i, :n], s.window[sl], s.state[sl])
+                report(f"{model} commit({mode}) n={n} state seq{i}", rel(state[sl], Sr), BF16_TOL)
 
 
 @pytest.mark.gpu
