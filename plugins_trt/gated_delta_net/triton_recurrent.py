@@ -45,12 +45,13 @@ def gdn_recurrent_kernel(
     z, stride_z, norm_w,  # [B*T, HV*DV] output gate and [DV] norm weight (FUSE_NORM)
     steps,                # [B, T, HV, DK, DV] the state after each token (STORE_STEPS)
     keep_x, keep_ab,      # [B*T, C] copy of x, [B*T, 2·HV] copy of [a | b] (KEEP_INPUTS)
+    dk, du, dg,           # fp32 [B*T, HK, DK] k̂, [B*T, HV, DV] u, [B*T, HV] g per token (STORE_DELTAS)
     T,                    # rows per sequence in x, a, b, o, z (1..17)
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     KW: tl.constexpr, WP: tl.constexpr,  # conv width, next power of two >= KW-1
     BV: tl.constexpr,                    # Dv tile (divides DV)
     IN_PLACE: tl.constexpr,              # write the final state and slide the window in the slot
-    STORE_STEPS: tl.constexpr, KEEP_INPUTS: tl.constexpr, STORE_O: tl.constexpr,
+    STORE_STEPS: tl.constexpr, KEEP_INPUTS: tl.constexpr, STORE_O: tl.constexpr, STORE_DELTAS: tl.constexpr,
     FUSE_NORM: tl.constexpr, NORM_EPS: tl.constexpr,
     HAS_CONV_BIAS: tl.constexpr, HAS_LENS: tl.constexpr,
 ):
@@ -112,6 +113,12 @@ def gdn_recurrent_kernel(
         S = S * tl.exp(g)
         u = beta * (v - tl.sum(S * k[:, None], axis=0))  # u: [BV]
         S = S + k[:, None] * u[None, :]
+        if STORE_DELTAS:  # what rollback mode "deltas" keeps (triton_verify_chunk.py has its commit)
+            tl.store(du + (row * HV + h) * DV + cv, u)
+            if iv == 0:
+                tl.store(dg + row * HV + h, g)
+                if h % R == 0:
+                    tl.store(dk + (row * HK + kh) * DK + ck, k)
         if STORE_O:
             out = tl.sum(S * q[:, None], axis=0)  # out: [BV]
             if FUSE_NORM:
@@ -214,6 +221,9 @@ RECURRENT_MODES = {
     # verify, rollback mode "replay": only the raw inputs kept
     "verify_replay": dict(IN_PLACE=False, STORE_STEPS=False, KEEP_INPUTS=True, STORE_O=True, FUSE_NORM=True,
                           HAS_LENS=False),
+    # verify, rollback mode "deltas" token by token (the chunk-form kernel is the other way to fill them)
+    "verify_deltas": dict(IN_PLACE=False, STORE_STEPS=False, KEEP_INPUTS=True, STORE_O=True, FUSE_NORM=True,
+                          HAS_LENS=False, STORE_DELTAS=True),
     # the replay commit (launch_gdn_commit_replay): accepted tokens re-run in place, no output
     "commit_replay": dict(IN_PLACE=True, STORE_STEPS=False, KEEP_INPUTS=False, STORE_O=False, FUSE_NORM=False,
                           HAS_LENS=True),
@@ -233,15 +243,16 @@ def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: i
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
                  state=state, slots=I, lens=I, sync=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F,
-                 steps=state, keep_x=P, keep_ab=P, T=i32)
+                 steps=state, keep_x=P, keep_ab=P, dk=F, du=F, dg=F, T=i32)
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV,
-                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, **RECURRENT_MODES[mode])
+                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias,
+                 **{"STORE_DELTAS": False, **RECURRENT_MODES[mode]})
     return aot_signature_of(gdn_recurrent_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
 
 
 def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                      T: int, lens=None, o=None, z=None, norm_weight=None, norm_eps: float = 1e-6, steps=None,
-                     keep_x=None, keep_ab=None, in_place: bool, BV: int | None = None,
+                     keep_x=None, keep_ab=None, deltas=None, in_place: bool, BV: int | None = None,
                      num_warps: int | None = None):
     """Launch gdn_recurrent_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), state [S, HV, DK, DV].
 
@@ -268,8 +279,9 @@ def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, st
         o if o is not None else dummy, o.stride(0) if o is not None else 0,
         z if fuse_norm else dummy, z.stride(0) if fuse_norm else 0, norm_weight if fuse_norm else dummy,
         steps if steps is not None else dummy, keep_x if keep_x is not None else dummy,
-        keep_ab if keep_ab is not None else dummy, T,
+        keep_ab if keep_ab is not None else dummy, *(deltas if deltas is not None else (dummy,) * 3), T,
         HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV, IN_PLACE=in_place,
         STORE_STEPS=steps is not None, KEEP_INPUTS=keep_x is not None, STORE_O=o is not None,
+        STORE_DELTAS=deltas is not None,
         FUSE_NORM=fuse_norm, NORM_EPS=float(norm_eps), HAS_CONV_BIAS=conv_bias is not None,
         HAS_LENS=lens is not None, num_warps=num_warps)

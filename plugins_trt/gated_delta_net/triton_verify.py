@@ -83,11 +83,14 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                       conv_bias: torch.Tensor | None = None, z: torch.Tensor | None = None,
                       norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
                       out: torch.Tensor | None = None, BV: int | None = None,
-                      num_warps: int | None = None, dot_prec: str = "tf32") -> torch.Tensor:
+                      num_warps: int | None = None, dot_prec: str = "tf32",
+                      deltas_kernel: str | None = None) -> torch.Tensor:
     """Verify T tokens per sequence from the slots without changing them.
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
     z: [B, T, HV·DV] (optional fused gated norm). Returns o [B, T, HV, DV]; fills `rollback`.
+    Mode "deltas" only: deltas_kernel "chunk" or "recurrent" (default: deltas_verify_kernel's choice) and
+    dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee").
     """
     B, T, C = mixed_qkv.shape
     _, HV, DK, DV = state.shape
@@ -95,8 +98,14 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
         raise ValueError(f"rollback buffers are for [B, T, C] = {list(rollback.keep_x.shape)}, the verify is "
                          f"{[B, T, C]}: make them with VerifyRollback.empty for this batch and width")
     o = torch.empty((B, T, HV, DV), dtype=mixed_qkv.dtype, device=mixed_qkv.device) if out is None else out
+    deltas = None
     if rollback.mode == "deltas":
         R = rollback
+        deltas_kernel = deltas_kernel or deltas_verify_kernel(B, T, HV)
+        if deltas_kernel not in ("chunk", "recurrent"):
+            raise ValueError(f"deltas_kernel must be 'chunk' or 'recurrent', got {deltas_kernel!r}")
+        deltas = (R.k.view(B * T, -1), R.u.view(B * T, -1), R.g.view(B * T, -1))
+    if deltas is not None and deltas_kernel == "chunk":
         launch_verify_chunk(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,
                             conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T,
                             o=o.view(B * T, HV * DV), keep_x=R.keep_x.view(B * T, C),
@@ -108,8 +117,16 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                      A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T, o=o.view(B * T, HV * DV),
                      z=rows(z, "z", HV * DV) if z is not None else None, norm_weight=norm_weight,
                      norm_eps=norm_eps, steps=rollback.steps, keep_x=rollback.keep_x.view(B * T, C),
-                     keep_ab=rollback.keep_ab.view(B * T, 2 * HV), in_place=False, BV=BV, num_warps=num_warps)
+                     keep_ab=rollback.keep_ab.view(B * T, 2 * HV), deltas=deltas, in_place=False, BV=BV,
+                     num_warps=num_warps)
     return o
+
+
+def deltas_verify_kernel(B: int, T: int, HV: int) -> str:
+    """Which kernel fills a "deltas" rollback: the chunk form where the verify has few programs to run side by
+    side (its T-token solve has no token-by-token chain), the token-by-token kernel where many sequences
+    already fill the GPU (its per-program cost is lower). From the H200 sweep in tools/results/gdn.json."""
+    return "chunk" if B * HV <= 48 and T >= 8 else "recurrent"
 
 
 @triton.jit

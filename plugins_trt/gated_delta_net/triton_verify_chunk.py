@@ -208,12 +208,12 @@ def slide_head_windows(window, keep_x, slot, bi, T, n, h, iv, cv, HK: tl.constex
 
 def verify_chunk_config(T: int, B: int, HV: int, DV: int, fuse_norm: bool, BV: int | None = None,
                         num_warps: int | None = None) -> tuple[int, int]:
-    """The launcher's default (BV, num_warps) for the chunk verify: the tiles that compile for sm_90 at D 128
-    without spilling (ptxas: BV 32 / 4 warps at 154 registers for TP 16, BV 64 / 8 warps at 190 for TP 32)."""
+    """The launcher's default (BV, num_warps) for the chunk verify: BV 64 / 4 warps was the fastest of the H200
+    sweep (BV 16-64, 2-8 warps, tools/bench_gdn.py --sweep verify_deltas) at both token tiles. Larger tiles
+    win because the per-program work that does not scale with BV (conv, norms, K̂K̂ᵀ, Q̂K̂ᵀ) dominates."""
     if fuse_norm:
         return DV, num_warps or 8
-    wide = token_tile(T) > 16
-    return BV or min(DV, 64 if wide else 32), num_warps or (8 if wide else 4)
+    return BV or min(DV, 64), num_warps or 4
 
 
 def commit_deltas_bv(DV: int) -> int:

@@ -265,10 +265,12 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
         report(f"commit({mode}) window seq{i} n={n}", rel(window[sl], wr))
 
 
+@pytest.mark.parametrize("kernel", ["chunk", "recurrent"])
 @pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
-def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K):
-    """Mode "deltas" (the chunk-form verify) at both token tiles (16, 32), with conv bias, the fused gated
-    norm and a padding row; its commit installs exactly the accepted prefix."""
+def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
+    """Mode "deltas", filled by either verify kernel (the chunk form at both token tiles, 16 and 32, or token
+    by token), with conv bias, the fused gated norm and a padding row; its commit installs exactly the
+    accepted prefix."""
     s = Shape(2, 4, 16, 32, seed=9)
     B = 3
     slots = torch.tensor([2, -1, 6], dtype=torch.int32, device=DEV)
@@ -278,7 +280,7 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K):
     rb = VerifyRollback.empty(B, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
     assert rb.mode == "deltas"
     o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb, conv_bias=cb,
-                          z=z, norm_weight=norm_w, out=poison(B, K, s.HV, s.DV))
+                          z=z, norm_weight=norm_w, out=poison(B, K, s.HV, s.DV), deltas_kernel=kernel)
     assert torch.equal(window, s.window) and torch.equal(state, s.state), "verify changed a slot"
     assert torch.isnan(o[1]).all(), "a padding row was written"
 
@@ -293,7 +295,7 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K):
 
     for i in (0, 2):
         orf, _, _ = ref(i, K)
-        report(f"verify(deltas) K{K} o+norm seq{i}", rel(o[i], gated_rms_norm(orf, z[i].view(K, s.HV, s.DV),
+        report(f"verify(deltas, {kernel}) K{K} o+norm seq{i}", rel(o[i], gated_rms_norm(orf, z[i].view(K, s.HV, s.DV),
                                                                                 norm_w, 1e-6)))
     accepted = torch.tensor([K - 1, 3, K], dtype=torch.int32, device=DEV)
     launch_gdn_commit(rb, accepted, window, state, slots, s.HK)
@@ -425,9 +427,9 @@ def _aot_cases():
     dims = dict(HK=16, HV=48, DK=128, DV=128)
     rec = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
                state=F, slots=I, lens=I, sync=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=P, steps=F,
-               keep_x=P, keep_ab=P, T=i32)
+               keep_x=P, keep_ab=P, dk=F, du=F, dg=F, T=i32)
     rec_c = dict(dims, KW=4, WP=4, BV=32, IN_PLACE=True, STORE_STEPS=False, KEEP_INPUTS=False, STORE_O=True,
-                 FUSE_NORM=False, NORM_EPS=1e-6, HAS_CONV_BIAS=False, HAS_LENS=False)
+                 FUSE_NORM=False, NORM_EPS=1e-6, HAS_CONV_BIAS=False, HAS_LENS=False, STORE_DELTAS=False)
     return {
         "conv_varlen": (tc.conv_varlen_kernel, dict(x=P, stride_x=i32, y=P, stride_y=i32, weight=P, bias=P,
                         window=P, cu_seqlens=I, slots=I, C=i32), dict(KW=4, WP=4, BT=32, BC=64, HAS_BIAS=False)),
@@ -571,13 +573,14 @@ def test_gpu_decode_and_verify_real_shapes(model):
         of, _ = fla[1](q.view(1, 1, HK, D), k.view(1, 1, HK, D), v.view(1, 1, HV, D), g=a[:1].view(1, 1, HV),
                        beta=b[:1].view(1, 1, HV), initial_state=s.state[slots[:1].long()], **_fla_kwargs(s))
         print(f"    fla decode seq0 vs atlas: {rel(o[0], of[0, 0].float()):.2e}")
-    for mode in ("states", "deltas"):
+    for mode, kernel in (("states", None), ("deltas", "chunk"), ("deltas", "recurrent")):
         for K in (4, 17):
             x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
             window, state = s.window.clone(), s.state.clone()
             rb = VerifyRollback.empty(2, K, s.C, HV, D, D, torch.bfloat16, DEV, mode=mode)
             o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots[:2], HK, rb,
-                                  out=poison(2, K, HV, D, dtype=torch.bfloat16))
+                                  out=poison(2, K, HV, D, dtype=torch.bfloat16), deltas_kernel=kernel)
+            mode = f"{mode}, {kernel}" if kernel else mode
             accepted = torch.tensor([K // 2 + 1, K], dtype=torch.int32, device=DEV)
             launch_gdn_commit(rb, accepted, window, state, slots[:2], HK)
             for i, sl in enumerate(slots[:2].tolist()):
