@@ -23,6 +23,8 @@ The plan the runtime reads (manifest["gdn_kernels"]):
      "commit_replay": name,                  # either mode: re-run the accepted tokens in place (lens = accepted)
      "verify_deltas": {"2": name, ..., "17": name},  # rollback mode "deltas": the chunk-form verify (one
      "commit_deltas": {"2": name, ..., "17": name},  #   instance per token tile, 16 or 32) and its rank-n commit
+     "verify_deltas_recurrent": name,        # the same rollback filled token by token (triton_verify.
+                                             #   deltas_verify_kernel says which of the two per batch and width)
      "conv_varlen": name,                    # prefill conv + SiLU, windows updated
      "conv_update": name, "conv_update_verify": name, "conv_commit": name,   # the unfused conv path
      "chunk": [wy, state, out],              # chunked prefill stages in launch order (state at the largest BV)
@@ -110,6 +112,9 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
             cd[tp] = add("commit_deltas", vc.signature_gdn_commit_deltas(HK, HV, DK, DV, KW, t,
                                                                           BV=vc.commit_deltas_bv(DV)), rgrid)
     plan["verify_deltas"] = {str(t): vd[vc.token_tile(t)] for t in VERIFY_WIDTHS}
+    bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=True)
+    plan["verify_deltas_recurrent"] = add("verify_deltas_recurrent", rec.signature_gdn_recurrent(
+        "verify_deltas", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
     plan["commit_deltas"] = {str(t): cd[vc.token_tile(t)] for t in VERIFY_WIDTHS}
     # the conv on its own: prefill (before the chunked stages), and the unfused decode / verify / commit path
     plan["conv_varlen"] = add("conv_varlen", conv.signature_conv_varlen(KW),

@@ -247,7 +247,8 @@ SWEEP = {
     "verify": [dict(BV=bv, num_warps=w) for bv, w in [(32, 4), (16, 2), (16, 1), (8, 1)]],
     "verify_deltas": [dict(deltas_kernel="chunk", BV=bv, num_warps=w, dot_prec=p)
                       for bv, w, p in [(64, 4, "tf32"), (32, 4, "tf32"), (128, 4, "tf32"), (64, 4, "tf32x3")]]
-    + [dict(deltas_kernel="recurrent", BV=bv, num_warps=w) for bv, w in [(16, 1), (16, 2), (32, 2), (32, 4)]],
+    + [dict(deltas_kernel=kern, BV=bv, num_warps=w) for kern in ("recurrent", "prepped")
+       for bv, w in [(16, 1), (16, 2), (32, 2), (32, 4)]],
     "prefill": [dict(BV=bv, num_warps=(8, w, 4)) for bv, w in [(16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]],
 }
 

@@ -33,6 +33,16 @@ def l2norm_rows(x):
     return x * tl.rsqrt(tl.sum(x * x, axis=1) + 1e-6)[:, None]
 
 
+@triton.jit
+def gated_norm_vec(out, z_row, norm_w, cv, DV: tl.constexpr, NORM_EPS: tl.constexpr, O_TYPE: tl.constexpr):
+    """norm_w · rmsnorm(o) · silu(z) for one token's head outputs out [DV] (fp32, at channels cv); o is rounded to
+    the output dtype O_TYPE first, as the layer does; z_row points at the token's z for this head."""
+    out = out.to(O_TYPE).to(tl.float32)
+    zt = tl.load(z_row + cv).to(tl.float32)
+    w = tl.load(norm_w + cv).to(tl.float32)
+    return out * tl.rsqrt(tl.sum(out * out, axis=0) / DV + NORM_EPS) * w * (zt * tl.sigmoid(zt))
+
+
 def aot_signature_of(fn, types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int,
                      unaligned: tuple[str, ...] = ()):
     """An AotSignature (atlas.plugins_trt.quant_linear.triton_gemv) for a GDN / conv kernel.

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atlas.plugins_trt.gated_delta_net.triton_common import gdn_gate, l2norm_vec
+from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, l2norm_vec
 
 
 @triton.jit
@@ -122,10 +122,7 @@ def gdn_recurrent_kernel(
         if STORE_O:
             out = tl.sum(S * q[:, None], axis=0)  # out: [BV]
             if FUSE_NORM:
-                out = out.to(o.dtype.element_ty).to(tl.float32)  # the layer rounds o before the norm
-                zt = tl.load(z + row * stride_z + h * DV + cv).to(tl.float32)
-                w = tl.load(norm_w + cv).to(tl.float32)
-                out = out * tl.rsqrt(tl.sum(out * out, axis=0) / DV + NORM_EPS) * w * (zt * tl.sigmoid(zt))
+                out = gated_norm_vec(out, z + row * stride_z + h * DV, norm_w, cv, DV, NORM_EPS, o.dtype.element_ty)
             tl.store(o + row * stride_o + h * DV + cv, out.to(o.dtype.element_ty))
         if STORE_STEPS:
             tl.store(steps + (row * HV + h) * (DK * DV) + tile, S.to(steps.dtype.element_ty))

@@ -29,9 +29,11 @@ import triton.language as tl
 from atlas.plugins_trt.gated_delta_net.triton_recurrent import launch_recurrent, rows
 from atlas.plugins_trt.gated_delta_net.triton_verify_chunk import (launch_commit_deltas, launch_verify_chunk,
                                                                     slide_head_windows)
+from atlas.plugins_trt.gated_delta_net.triton_verify_prep import launch_verify_prepped
 
 
 MODES = ("states", "replay", "deltas")
+DELTAS_KERNELS = ("chunk", "recurrent", "prepped")
 
 
 @dataclass
@@ -50,6 +52,9 @@ class VerifyRollback:
     """fp32 [B, T, HV, DV] delta-rule updates u_t (mode "deltas")."""
     g: torch.Tensor | None = None
     """fp32 [B, T, HV] log decays g_t (mode "deltas")."""
+    scratch: tuple[torch.Tensor, ...] | None = None
+    """Mode "deltas": (q̂ fp32 [B, T, HK, DK], silu(conv(v)) [B, T, HV·DV], beta fp32 [B, T, HV]), written and
+    read by the two-launch verify (deltas_kernel "prepped"), not by the commit."""
 
     @classmethod
     def empty(cls, B: int, T: int, C: int, HV: int, DK: int, DV: int, dtype: torch.dtype, device,
@@ -65,8 +70,10 @@ class VerifyRollback:
         if rem or HK <= 0:
             raise ValueError(f"conv channels {C} are not 2·HK·{DK} + {HV}·{DV} for any key head count HK")
         f32 = dict(dtype=torch.float32, device=device)
-        return cls(*keep, None, torch.empty((B, T, HK, DK), **f32), torch.empty((B, T, HV, DV), **f32),
+        scratch = (torch.empty((B, T, HK, DK), **f32), torch.empty((B, T, HV * DV), dtype=dtype, device=device),
                    torch.empty((B, T, HV), **f32))
+        return cls(*keep, None, torch.empty((B, T, HK, DK), **f32), torch.empty((B, T, HV, DV), **f32),
+                   torch.empty((B, T, HV), **f32), scratch)
 
     @property
     def mode(self) -> str:
@@ -89,7 +96,7 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
     z: [B, T, HV·DV] (optional fused gated norm). Returns o [B, T, HV, DV]; fills `rollback`.
-    Mode "deltas" only: deltas_kernel "chunk" or "recurrent" (default: deltas_verify_kernel's choice) and
+    Mode "deltas" only: deltas_kernel "chunk", "recurrent" or "prepped" (default: deltas_verify_kernel's choice) and
     dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee").
     """
     B, T, C = mixed_qkv.shape
@@ -102,9 +109,19 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     if rollback.mode == "deltas":
         R = rollback
         deltas_kernel = deltas_kernel or deltas_verify_kernel(B, T, HV)
-        if deltas_kernel not in ("chunk", "recurrent"):
-            raise ValueError(f"deltas_kernel must be 'chunk' or 'recurrent', got {deltas_kernel!r}")
+        if deltas_kernel not in DELTAS_KERNELS:
+            raise ValueError(f"deltas_kernel must be one of {DELTAS_KERNELS}, got {deltas_kernel!r}")
         deltas = (R.k.view(B * T, -1), R.u.view(B * T, -1), R.g.view(B * T, -1))
+    if deltas is not None and deltas_kernel == "prepped":
+        qn, vc, beta = R.scratch
+        launch_verify_prepped(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,
+                              conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T,
+                              o=o.view(B * T, HV * DV), keep_x=R.keep_x.view(B * T, C),
+                              keep_ab=R.keep_ab.view(B * T, 2 * HV), dk=R.k.view(B * T, -1), du=R.u.view(B * T, -1),
+                              dg=R.g.view(B * T, -1), qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
+                              beta=beta.view(B * T, -1), z=rows(z, "z", HV * DV) if z is not None else None,
+                              norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps)
+        return o
     if deltas is not None and deltas_kernel == "chunk":
         launch_verify_chunk(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,
                             conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T,

@@ -54,7 +54,8 @@ def test_gdn_plan_names_compiled_kernels(engine):
                             "DK": c["linear_key_head_dim"], "DV": c["linear_value_head_dim"],
                             "KW": c["linear_conv_kernel"], "C": plan["dims"]["C"]}
     for role in ("decode", "verify", "verify_replay", "commit", "commit_replay", "conv_varlen", "conv_update",
-                 "conv_update_verify", "conv_commit", "chunk", "chunk_state", "verify_deltas", "commit_deltas"):
+                 "conv_update_verify", "conv_commit", "chunk", "chunk_state", "verify_deltas", "commit_deltas",
+                 "verify_deltas_recurrent"):
         assert plan[role], role
     assert set(plan["verify"]) == {"2", "3", "4", "8", "17"}
     assert len(set(plan["verify"].values())) == 1  # T is a run-time int: one instance serves every width
