@@ -245,10 +245,10 @@ def finish(row: dict, nbytes: int, bw: float) -> dict:
 SWEEP = {
     "decode": [dict(BV=bv, num_warps=w) for bv, w in [(32, 4), (16, 2), (16, 1), (8, 1), (64, 4)]],
     "verify": [dict(BV=bv, num_warps=w) for bv, w in [(32, 4), (16, 2), (16, 1), (8, 1)]],
-    "verify_deltas": [dict(deltas_kernel="chunk", BV=bv, num_warps=w, dot_prec=p)
-                      for bv, w, p in [(64, 4, "tf32"), (32, 4, "tf32"), (128, 4, "tf32"), (64, 4, "tf32x3")]]
-    + [dict(deltas_kernel=kern, BV=bv, num_warps=w) for kern in ("recurrent", "prepped")
-       for bv, w in [(16, 1), (16, 2), (32, 2), (32, 4)]],
+    "verify_deltas": [dict(deltas_kernel=kern, BV=bv, num_warps=w) for kern in ("chunk", "prepped_chunk")
+                      for bv, w in [(64, 4), (32, 4), (128, 4)]]
+    + [dict(deltas_kernel="recurrent", BV=bv, num_warps=w) for bv, w in [(16, 1), (16, 2), (32, 4)]]
+    + [dict(deltas_kernel="prepped", BV=bv, num_warps=w) for bv, w in [(16, 1), (16, 2), (32, 2), (32, 4)]],
     "prefill": [dict(BV=bv, num_warps=(8, w, 4)) for bv, w in [(16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]],
 }
 
@@ -267,7 +267,7 @@ def sweep(kinds: list[str], repeats: int, bw: float) -> list[dict]:
             rows.append({"case": f"verify B{B} K{K}", "cfg": cfg, "us": r["atlas_states_us"],
                          "replay_us": r["atlas_replay_us"]})
     for cfg in SWEEP["verify_deltas"] if "verify_deltas" in kinds else []:
-        for B, K in [(B, K) for B in (1, 2, 4, 8) for K in (2, 4, 8, 17)]:
+        for B, K in [(B, K) for B in (1, 2, 8) for K in (2, 4, 8, 17)]:
             r = case_verify(L, B, K, None, repeats, bw, cfg, modes=("deltas",))
             rows.append({"case": f"verify(deltas) B{B} K{K}", "cfg": cfg, "us": r["atlas_deltas_us"]})
     for cfg in SWEEP["prefill"] if "prefill" in kinds else []:

@@ -33,7 +33,7 @@ from atlas.plugins_trt.gated_delta_net.triton_verify_prep import launch_verify_p
 
 
 MODES = ("states", "replay", "deltas")
-DELTAS_KERNELS = ("chunk", "recurrent", "prepped")
+DELTAS_KERNELS = ("chunk", "recurrent", "prepped", "prepped_chunk")
 
 
 @dataclass
@@ -96,7 +96,7 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
     z: [B, T, HV·DV] (optional fused gated norm). Returns o [B, T, HV, DV]; fills `rollback`.
-    Mode "deltas" only: deltas_kernel "chunk", "recurrent" or "prepped" (default: deltas_verify_kernel's choice) and
+    Mode "deltas" only: deltas_kernel, one of DELTAS_KERNELS (default: deltas_verify_kernel's choice), and
     dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee").
     """
     B, T, C = mixed_qkv.shape
@@ -112,7 +112,7 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
         if deltas_kernel not in DELTAS_KERNELS:
             raise ValueError(f"deltas_kernel must be one of {DELTAS_KERNELS}, got {deltas_kernel!r}")
         deltas = (R.k.view(B * T, -1), R.u.view(B * T, -1), R.g.view(B * T, -1))
-    if deltas is not None and deltas_kernel == "prepped":
+    if deltas is not None and deltas_kernel in ("prepped", "prepped_chunk"):
         qn, vc, beta = R.scratch
         launch_verify_prepped(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,
                               conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T,
@@ -120,7 +120,8 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                               keep_ab=R.keep_ab.view(B * T, 2 * HV), dk=R.k.view(B * T, -1), du=R.u.view(B * T, -1),
                               dg=R.g.view(B * T, -1), qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
                               beta=beta.view(B * T, -1), z=rows(z, "z", HV * DV) if z is not None else None,
-                              norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps)
+                              norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps,
+                              chunk=deltas_kernel == "prepped_chunk", dot_prec=dot_prec)
         return o
     if deltas is not None and deltas_kernel == "chunk":
         launch_verify_chunk(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,

@@ -74,10 +74,13 @@ def gdn_verify_chunk_kernel(
     z, stride_z, norm_w,  # [B*T, HV*DV] output gate and [DV] norm weight (FUSE_NORM)
     keep_x, keep_ab,      # [B*T, C] copy of x, [B*T, 2·HV] copy of [a | b]
     dk, du, dg,           # fp32 [B*T, HK, DK] k̂, [B*T, HV, DV] u, [B*T, HV] g of every verify token
+    qn, vc, beta_in,      # PREPPED: q̂ [B*T, HK, DK], silu(conv(v)) [B*T, HV*DV], beta [B*T, HV] (and k̂, g in
+                          # dk, dg) from triton_verify_prep.gdn_verify_prep_kernel, which also kept the inputs
     T,                    # tokens per sequence (1..TP)
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BV: tl.constexpr, TP: tl.constexpr,
     FUSE_NORM: tl.constexpr, NORM_EPS: tl.constexpr, HAS_CONV_BIAS: tl.constexpr, DOT_PREC: tl.constexpr,
+    PREPPED: tl.constexpr,
 ):
     iv, h, bi = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     R: tl.constexpr = HV // HK
@@ -100,15 +103,24 @@ def gdn_verify_chunk_kernel(
     rows = row0 + t
     xs = x + row0 * stride_x
 
-    q = l2norm_rows(_conv_tile(xs, stride_x, win, conv_w, conv_b, q_ch, t, T, TP, DK, HAS_CONV_BIAS)) \
-        * (1.0 / tl.sqrt(DK * 1.0))
-    k = l2norm_rows(_conv_tile(xs, stride_x, win, conv_w, conv_b, k_ch, t, T, TP, DK, HAS_CONV_BIAS))
-    v = _conv_tile(xs, stride_x, win, conv_w, conv_b, v_ch, t, T, TP, BV, HAS_CONV_BIAS)
-    a_t = tl.load(a + rows * stride_ab + h, mask=valid, other=0.0)
-    b_t = tl.load(b + rows * stride_ab + h, mask=valid, other=0.0)
-    g, beta = gdn_gate(a_t, b_t, -tl.exp(tl.load(A_log + h).to(tl.float32)), tl.load(dt_bias + h).to(tl.float32))
-    g = tl.where(valid, g, 0.0)
-    beta = tl.where(valid, beta, 0.0)
+    m2 = valid[:, None]
+    if PREPPED:
+        q = tl.load(qn + (rows[:, None] * HK + kh) * DK + ck[None, :], mask=m2, other=0.0)
+        k = tl.load(dk + (rows[:, None] * HK + kh) * DK + ck[None, :], mask=m2, other=0.0)
+        v = tl.load(vc + rows[:, None] * (HV * DV) + h * DV + cv[None, :], mask=m2, other=0.0).to(tl.float32)
+        g = tl.load(dg + rows * HV + h, mask=valid, other=0.0)
+        beta = tl.load(beta_in + rows * HV + h, mask=valid, other=0.0)
+    else:
+        q = l2norm_rows(_conv_tile(xs, stride_x, win, conv_w, conv_b, q_ch, t, T, TP, DK, HAS_CONV_BIAS)) \
+            * (1.0 / tl.sqrt(DK * 1.0))
+        k = l2norm_rows(_conv_tile(xs, stride_x, win, conv_w, conv_b, k_ch, t, T, TP, DK, HAS_CONV_BIAS))
+        v = _conv_tile(xs, stride_x, win, conv_w, conv_b, v_ch, t, T, TP, BV, HAS_CONV_BIAS)
+        a_t = tl.load(a + rows * stride_ab + h, mask=valid, other=0.0)
+        b_t = tl.load(b + rows * stride_ab + h, mask=valid, other=0.0)
+        g, beta = gdn_gate(a_t, b_t, -tl.exp(tl.load(A_log + h).to(tl.float32)),
+                           tl.load(dt_bias + h).to(tl.float32))
+        g = tl.where(valid, g, 0.0)
+        beta = tl.where(valid, beta, 0.0)
     G = tl.cumsum(g, axis=0)
     eG = tl.exp(G)
 
@@ -120,8 +132,7 @@ def gdn_verify_chunk_kernel(
     # everything that needs q, k or S0 before the solve, so that none of them stays live through it
     M = tl.where(t[:, None] >= t[None, :], tl.dot(q, kt, input_precision=DOT_PREC) * decay, 0.0)
     out = eG[:, None] * tl.dot(q, S0, input_precision=DOT_PREC)
-    m2 = valid[:, None]
-    if (iv == 0) & (h % R == 0):
+    if (iv == 0) & (h % R == 0) & (not PREPPED):
         tl.store(dk + (rows[:, None] * HK + kh) * DK + ck[None, :], k, mask=m2)
     for i in range(1, T):  # forward substitution: row i of U <- rhs_i - sum_{j<i} A[i, j] U[j]
         sel = (t == i)[:, None]
@@ -137,18 +148,19 @@ def gdn_verify_chunk_kernel(
             * (zt * tl.sigmoid(zt))
     tl.store(o + rows[:, None] * stride_o + h * DV + cv[None, :], out.to(o.dtype.element_ty), mask=m2)
     tl.store(du + (rows[:, None] * HV + h) * DV + cv[None, :], U, mask=m2)
-    # the raw inputs, for the window slide of the commit (and a replay commit): each channel by one owner
-    tl.store(keep_x + rows[:, None] * C + v_ch[None, :], tl.load(xs + t[:, None] * stride_x + v_ch[None, :], mask=m2),
-             mask=m2)
-    if iv == 0:
-        tl.store(dg + rows * HV + h, g, mask=valid)
-        tl.store(keep_ab + rows * (2 * HV) + h, a_t, mask=valid)
-        tl.store(keep_ab + rows * (2 * HV) + HV + h, b_t, mask=valid)
-        if h % R == 0:
-            tl.store(keep_x + rows[:, None] * C + q_ch[None, :],
-                     tl.load(xs + t[:, None] * stride_x + q_ch[None, :], mask=m2), mask=m2)
-            tl.store(keep_x + rows[:, None] * C + k_ch[None, :],
-                     tl.load(xs + t[:, None] * stride_x + k_ch[None, :], mask=m2), mask=m2)
+    if not PREPPED:
+        # the raw inputs, for the window slide of the commit (and a replay commit): each channel by one owner
+        tl.store(keep_x + rows[:, None] * C + v_ch[None, :],
+                 tl.load(xs + t[:, None] * stride_x + v_ch[None, :], mask=m2), mask=m2)
+        if iv == 0:
+            tl.store(dg + rows * HV + h, g, mask=valid)
+            tl.store(keep_ab + rows * (2 * HV) + h, a_t, mask=valid)
+            tl.store(keep_ab + rows * (2 * HV) + HV + h, b_t, mask=valid)
+            if h % R == 0:
+                tl.store(keep_x + rows[:, None] * C + q_ch[None, :],
+                         tl.load(xs + t[:, None] * stride_x + q_ch[None, :], mask=m2), mask=m2)
+                tl.store(keep_x + rows[:, None] * C + k_ch[None, :],
+                         tl.load(xs + t[:, None] * stride_x + k_ch[None, :], mask=m2), mask=m2)
 
 
 @triton.jit
@@ -223,8 +235,10 @@ def commit_deltas_bv(DV: int) -> int:
 
 def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                         T: int, o, keep_x, keep_ab, dk, du, dg, z=None, norm_weight=None, norm_eps: float = 1e-6,
-                        BV: int | None = None, num_warps: int | None = None, dot_prec: str = "tf32") -> None:
-    """Launch gdn_verify_chunk_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV]."""
+                        BV: int | None = None, num_warps: int | None = None, dot_prec: str = "tf32",
+                        prepped=None) -> None:
+    """Launch gdn_verify_chunk_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV].
+    prepped: (qn, vc, beta) filled (with dk, dg, keep_x, keep_ab) by gdn_verify_prep_kernel, or None."""
     _, HV, DK, DV = state.shape
     C, KW = conv_weight.shape
     if KW != 4:
@@ -238,9 +252,10 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
         x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
         A_log, dt_bias, window, state, slots, o, o.stride(0),
         z if fuse_norm else dummy, z.stride(0) if fuse_norm else 0, norm_weight if fuse_norm else dummy,
-        keep_x, keep_ab, dk, du, dg, T,
+        keep_x, keep_ab, dk, du, dg, *(prepped if prepped is not None else (dk, du, dg)), T,
         HK=num_k_heads, HV=HV, DK=DK, DV=DV, BV=BV, TP=token_tile(T), FUSE_NORM=fuse_norm,
-        NORM_EPS=float(norm_eps), HAS_CONV_BIAS=conv_bias is not None, DOT_PREC=dot_prec, num_warps=num_warps)
+        NORM_EPS=float(norm_eps), HAS_CONV_BIAS=conv_bias is not None, DOT_PREC=dot_prec,
+        PREPPED=prepped is not None, num_warps=num_warps)
 
 
 def launch_commit_deltas(dk, du, dg, keep_x, accepted, window, state, slots, *, num_k_heads: int, T: int,
@@ -268,9 +283,9 @@ def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
                  state=state, slots=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F, keep_x=P, keep_ab=P,
-                 dk=F, du=F, dg=F, T=i32)
+                 dk=F, du=F, dg=F, qn=F, vc=P, beta_in=F, T=i32)
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, TP=token_tile(T), FUSE_NORM=fuse_norm,
-                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec)
+                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec, PREPPED=False)
     return aot_signature_of(gdn_verify_chunk_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
 
 

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, l2norm_rows
-from atlas.plugins_trt.gated_delta_net.triton_verify_chunk import _conv_tile, token_tile
+from atlas.plugins_trt.gated_delta_net.triton_verify_chunk import _conv_tile, launch_verify_chunk, token_tile
 
 
 @triton.jit
@@ -135,9 +135,11 @@ def gdn_recurrent_prepped_kernel(
 def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *,
                           num_k_heads: int, T: int, o, keep_x, keep_ab, dk, du, dg, qn, vc, beta, z=None,
                           norm_weight=None, norm_eps: float = 1e-6, BV: int | None = None,
-                          num_warps: int | None = None, prep_warps: int | None = None) -> None:
+                          num_warps: int | None = None, prep_warps: int | None = None, chunk: bool = False,
+                          dot_prec: str = "tf32") -> None:
     """Both launches; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV]; dk/qn [B*T, HK, DK],
-    du [B*T, HV, DV], vc [B*T, HV*DV], dg/beta [B*T, HV]."""
+    du [B*T, HV, DV], vc [B*T, HV*DV], dg/beta [B*T, HV]. chunk: the second launch is the chunk-form kernel
+    (triton_verify_chunk, PREPPED) instead of the token-by-token recurrence."""
     _, HV, DK, DV = state.shape
     C, KW = conv_weight.shape
     HK = num_k_heads
@@ -151,6 +153,12 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
         x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
         A_log, dt_bias, window, slots, qn, dk, vc, dg, beta, keep_x, keep_ab, T,
         HK=HK, HV=HV, DK=DK, DV=DV, TP=token_tile(T), HAS_CONV_BIAS=conv_bias is not None, num_warps=prep_warps)
+    if chunk:
+        launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=HK,
+                            T=T, o=o, keep_x=keep_x, keep_ab=keep_ab, dk=dk, du=du, dg=dg, z=z,
+                            norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps,
+                            dot_prec=dot_prec, prepped=(qn, vc, beta))
+        return
     fuse_norm = z is not None
     BV, num_warps = prepped_config(B, HV, DV, fuse_norm, BV, num_warps)
     gdn_recurrent_prepped_kernel[(DV // BV, HV, B)](

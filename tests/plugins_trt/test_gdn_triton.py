@@ -265,7 +265,7 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
         report(f"commit({mode}) window seq{i} n={n}", rel(window[sl], wr))
 
 
-@pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped"])
+@pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk"])
 @pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
 def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     """Mode "deltas", filled by either verify kernel (the chunk form at both token tiles, 16 and 32, or token
@@ -573,7 +573,8 @@ def test_gpu_decode_and_verify_real_shapes(model):
         of, _ = fla[1](q.view(1, 1, HK, D), k.view(1, 1, HK, D), v.view(1, 1, HV, D), g=a[:1].view(1, 1, HV),
                        beta=b[:1].view(1, 1, HV), initial_state=s.state[slots[:1].long()], **_fla_kwargs(s))
         print(f"    fla decode seq0 vs atlas: {rel(o[0], of[0, 0].float()):.2e}")
-    for mode, kernel in (("states", None), ("deltas", "chunk"), ("deltas", "recurrent"), ("deltas", "prepped")):
+    for mode, kernel in (("states", None), ("deltas", "chunk"), ("deltas", "recurrent"), ("deltas", "prepped"),
+                         ("deltas", "prepped_chunk")):
         for K in (4, 17):
             x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
             window, state = s.window.clone(), s.state.clone()
