@@ -39,7 +39,8 @@ from atlas.plugins_trt.causal_conv1d.triton_conv import launch_conv_varlen
 from atlas.plugins_trt.gated_delta_net.triton_chunk import chunk_plan, launch_chunk_gdn
 from atlas.plugins_trt.gated_delta_net.triton_decode import launch_gdn_decode
 from atlas.plugins_trt.gated_delta_net.triton_verify import (
-    VerifyRollback, launch_gdn_commit, launch_gdn_commit_replay, launch_gdn_verify)
+    DELTAS_KERNELS, VerifyRollback, deltas_verify_kernel, launch_gdn_commit, launch_gdn_commit_replay,
+    launch_gdn_verify)
 from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info, graph_time
 
 MODELS = {"qwen3.5-27b": (16, 48, 128), "qwen3-next-80b": (16, 32, 128)}
@@ -185,8 +186,13 @@ def case_decode(L: Layer, B: int, fla, repeats: int, bw: float, cfg: dict | None
     return finish(row, nbytes, bw)
 
 
+VERIFY_WAYS = tuple(f"deltas_{k}" for k in DELTAS_KERNELS) + ("states", "replay")
+
+
 def case_verify(L: Layer, B: int, K: int, fla, repeats: int, bw: float, cfg: dict | None = None,
-                modes=("deltas", "states", "replay")) -> dict:
+                modes=VERIFY_WAYS) -> dict:
+    """modes: rollback modes to time ("deltas" with cfg's deltas_kernel or the default one; "deltas_<kernel>";
+    "states"; "replay"). atlas_us is the mode and kernel the launcher picks by default (deltas_verify_kernel)."""
     n = copies_for(B * (K + 3) * L.state_bytes)
     x, ab = L.rand(B, K, L.C), L.rand(B, K, 2 * L.HV)
     a, b = ab[..., :L.HV], ab[..., L.HV:]
@@ -197,12 +203,14 @@ def case_verify(L: Layer, B: int, K: int, fla, repeats: int, bw: float, cfg: dic
     o = torch.empty(B, K, L.HV, L.D, dtype=BF16, device=DEVICE)
     row = {"kind": "verify", "B": B, "K": K, "accepted": max(1, K // 2), "rotation": n}
     cfg = cfg or {}
-    for mode in modes:
+    for label in modes:
+        mode, _, kern = label.partition("_")
         rbs = [VerifyRollback.empty(B, K, L.C, L.HV, L.D, L.D, BF16, DEVICE, mode=mode) for _ in range(n)]
+        kw = dict(cfg, **({"deltas_kernel": kern} if kern else {}))
 
-        def step(i, mode=mode, rbs=rbs):
+        def step(i, mode=mode, rbs=rbs, kw=kw):
             s = slot_sets[i]
-            launch_gdn_verify(x, a, b, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK, rbs[i], out=o, **cfg)
+            launch_gdn_verify(x, a, b, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK, rbs[i], out=o, **kw)
             if mode in ("states", "deltas"):
                 launch_gdn_commit(rbs[i], accepted, window, state, s, L.HK,
                                   **{k: v for k, v in cfg.items() if k == "dot_prec"})
@@ -210,9 +218,9 @@ def case_verify(L: Layer, B: int, K: int, fla, repeats: int, bw: float, cfg: dic
                 launch_gdn_commit_replay(rbs[i], accepted, L.conv_w, L.A_log, L.dt_bias, window, state, s, L.HK,
                                          **{k: v for k, v in cfg.items() if k in ("BV", "num_warps")})
 
-        timed(row, f"atlas_{mode}", [lambda i=i: step(i) for i in range(n)], repeats)
+        timed(row, f"atlas_{label}", [lambda i=i: step(i) for i in range(n)], repeats)
         del rbs
-    row["atlas_us"], row["atlas_timing"] = row[f"atlas_{modes[0]}_us"], row[f"atlas_{modes[0]}_timing"]
+    pick_default(row, L.HV, modes[0])
     nbytes = B * (2 * L.state_bytes + 2 * L.C * (KW - 1) * 2 + K * (L.C + 2 * L.HV + L.HV * L.D) * 2)
     if fla is not None:
         cache = L.rand(n * B, L.C, KW)
@@ -230,13 +238,21 @@ def case_verify(L: Layer, B: int, K: int, fla, repeats: int, bw: float, cfg: dic
     return finish(row, nbytes, bw)
 
 
+def pick_default(row: dict, HV: int, fallback: str) -> None:
+    """atlas_us <- the time of the rollback the launcher uses by default: mode "deltas" filled by
+    deltas_verify_kernel(B, K, HV)'s kernel, if that was timed, else `fallback`'s."""
+    key = f"deltas_{deltas_verify_kernel(row['B'], row['K'], HV)}"
+    key = key if f"atlas_{key}_us" in row else fallback
+    row["atlas_us"], row["atlas_timing"], row["atlas_way"] = row[f"atlas_{key}_us"], row[f"atlas_{key}_timing"], key
+
+
 def finish(row: dict, nbytes: int, bw: float) -> dict:
     row["floor_bytes"] = nbytes
     row["floor_us"] = nbytes / bw * 1e6
     row["atlas_fraction_of_floor"] = row["floor_us"] / row["atlas_us"]
     if "fla_us" in row:
         row["speedup_vs_fla"] = row["fla_us"] / row["atlas_us"]
-        for mode in ("states", "replay"):
+        for mode in VERIFY_WAYS:
             if f"atlas_{mode}_us" in row:
                 row[f"speedup_{mode}_vs_fla"] = row["fla_us"] / row[f"atlas_{mode}_us"]
     return row
@@ -334,8 +350,35 @@ def print_table(cases: list[dict]) -> None:
         fl = f"{c['fla_us']:10.1f}" if "fla_us" in c else f"{'-':>10s}"
         sp = f"{c['speedup_vs_fla']:8.2f}" if "speedup_vs_fla" in c else f"{'-':>8s}"
         rp = " ".join(f"{c[k]:8.2f}" for k in ("speedup_states_vs_fla", "speedup_replay_vs_fla") if k in c)
+        rp += f"  ({c['atlas_way']})" if "atlas_way" in c else ""
         print(f"{c['model']:16s} {name:18s} {c['atlas_us']:10.1f} {fl} {sp} "
               f"{100 * c['atlas_fraction_of_floor']:6.1f}% {rp}")
+
+
+def summarize(cases: list[dict]) -> dict:
+    def smallest(kind, key="speedup_vs_fla"):
+        vals = [c[key] for c in cases if c.get("kind") == kind and key in c]
+        return min(vals) if vals else None
+
+    return {"min_prefill_speedup_vs_fla": smallest("prefill"), "min_decode_speedup_vs_fla": smallest("decode"),
+            "min_verify_speedup_vs_fla": smallest("verify"),
+            "min_verify_speedup_by_way": {w: smallest("verify", f"speedup_{w}_vs_fla") for w in VERIFY_WAYS}}
+
+
+def resummarize(path: str) -> int:
+    """Re-pick each verify case's default way with the current deltas_verify_kernel from the times recorded in
+    `path` (nothing is re-timed), recompute the figures that follow from it and the summary, and write it back."""
+    result = json.loads(Path(path).read_text())
+    for c in result["cases"]:
+        if c.get("kind") == "verify" and "error" not in c:
+            pick_default(c, MODELS[c["model"]][1], "states")
+            finish(c, c["floor_bytes"], result["copy_bandwidth_Bps"])
+    result["summary"] = summarize(result["cases"])
+    result["resummarized"] = "verify defaults re-picked from the recorded times by tools/bench_gdn.py --resummarize"
+    Path(path).write_text(json.dumps(result, indent=1))
+    print_table(result["cases"])
+    print("summary:", json.dumps(result["summary"]))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -352,7 +395,11 @@ def main(argv=None) -> int:
     p.add_argument("--stages", default="", help="prefill lengths whose stages are timed one by one first")
     p.add_argument("--chunk-warps", default="2,4,4",
                    help="num_warps of the three chunked-prefill stages, or auto (needs --stages)")
+    p.add_argument("--resummarize", metavar="JSON", help="only re-pick the verify defaults in an existing result file "
+                   "with the current launcher policy (no GPU needed)")
     args = p.parse_args(argv)
+    if args.resummarize:
+        return resummarize(args.resummarize)
     if not torch.cuda.is_available():
         print("bench_gdn needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -399,14 +446,7 @@ def main(argv=None) -> int:
             traceback.print_exc()
             swept = [{"error": f"{type(e).__name__}: {e}"}]
 
-    def smallest(kind, key="speedup_vs_fla"):
-        vals = [c[key] for c in cases if c.get("kind") == kind and key in c]
-        return min(vals) if vals else None
-
-    summary = {"min_prefill_speedup_vs_fla": smallest("prefill"), "min_decode_speedup_vs_fla": smallest("decode"),
-               "min_verify_speedup_vs_fla": smallest("verify"),
-               "min_verify_states_speedup_vs_fla": smallest("verify", "speedup_states_vs_fla"),
-               "min_verify_replay_speedup_vs_fla": smallest("verify", "speedup_replay_vs_fla")}
+    summary = summarize(cases)
     result = {"device": info, "copy_bandwidth_Bps": bw, "cases": cases, "summary": summary,
               "wall_s": round(time.time() - t_start, 1)}
     if swept is not None:

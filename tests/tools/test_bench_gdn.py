@@ -1,0 +1,31 @@
+"""tools/bench_gdn.py's re-summary: the verify default is re-picked from recorded times, nothing re-timed."""
+
+import json
+
+import pytest
+
+pytest.importorskip("triton")
+
+
+def test_resummarize_picks_the_launchers_default_way(tmp_path):
+    from atlas.plugins_trt.gated_delta_net.triton_verify import deltas_verify_kernel
+    from atlas.tools import bench_gdn as bg
+
+    cases = []
+    for B, K in ((1, 17), (8, 4)):
+        row = {"kind": "verify", "model": "qwen3.5-27b", "B": B, "K": K, "floor_bytes": 4.0e6, "fla_us": 50.0}
+        for i, way in enumerate(bg.VERIFY_WAYS):
+            row[f"atlas_{way}_us"], row[f"atlas_{way}_timing"] = 10.0 + i, "graph"
+        row["atlas_us"], row["atlas_timing"] = 99.0, "graph"  # a stale pick
+        cases.append(row)
+    path = tmp_path / "gdn.json"
+    path.write_text(json.dumps({"copy_bandwidth_Bps": 4.0e12, "cases": cases}))
+    assert bg.main(["--resummarize", str(path)]) == 0
+    out = json.loads(path.read_text())
+    for c in out["cases"]:
+        way = f"deltas_{deltas_verify_kernel(c['B'], c['K'], 48)}"
+        assert c["atlas_way"] == way and c["atlas_us"] == c[f"atlas_{way}_us"]
+        assert c["speedup_vs_fla"] == pytest.approx(50.0 / c["atlas_us"])
+        assert c["atlas_fraction_of_floor"] == pytest.approx(1.0 / c["atlas_us"])  # 4 MB at 4 TB/s: 1 us
+    assert out["summary"]["min_verify_speedup_vs_fla"] == pytest.approx(min(c["speedup_vs_fla"] for c in out["cases"]))
+    assert set(out["summary"]["min_verify_speedup_by_way"]) == set(bg.VERIFY_WAYS)
