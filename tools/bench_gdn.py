@@ -365,6 +365,21 @@ def summarize(cases: list[dict]) -> dict:
             "min_verify_speedup_by_way": {w: smallest("verify", f"speedup_{w}_vs_fla") for w in VERIFY_WAYS}}
 
 
+def merge_into(old: dict, new: dict) -> dict:
+    """`old`'s result with the (model, kind) groups timed in `new` replaced by new's cases. Each case was timed
+    beside fla in its own run; `runs` keeps every run's device, copy bandwidth and which groups came from it."""
+    groups = {(c.get("model"), c.get("kind")) for c in new["cases"]}
+    runs = old.pop("runs", None) or [{k: old.get(k) for k in ("device", "copy_bandwidth_Bps", "wall_s")}]
+    for r in runs:
+        r["groups"] = [g for g in r.get("groups", sorted({(c.get("model"), c.get("kind")) for c in old["cases"]}))
+                       if tuple(g) not in groups]
+    runs.append({"device": new["device"], "copy_bandwidth_Bps": new["copy_bandwidth_Bps"], "wall_s": new["wall_s"],
+                 "groups": sorted(groups)})
+    cases = [c for c in old["cases"] if (c.get("model"), c.get("kind")) not in groups] + new["cases"]
+    return {**old, **{k: v for k, v in new.items() if k not in ("cases", "summary", "sweep")}, "cases": cases,
+            "summary": summarize(cases), "runs": runs}
+
+
 def resummarize(path: str) -> int:
     """Re-pick each verify case's default way with the current deltas_verify_kernel from the times recorded in
     `path` (nothing is re-timed), recompute the figures that follow from it and the summary, and write it back."""
@@ -395,6 +410,8 @@ def main(argv=None) -> int:
     p.add_argument("--stages", default="", help="prefill lengths whose stages are timed one by one first")
     p.add_argument("--chunk-warps", default="2,4,4",
                    help="num_warps of the three chunked-prefill stages, or auto (needs --stages)")
+    p.add_argument("--merge-into", metavar="JSON", help="write an existing result file with the (model, kind) "
+                   "groups timed in this run replaced (the file's `runs` says which run timed which group)")
     p.add_argument("--resummarize", metavar="JSON", help="only re-pick the verify defaults in an existing result file "
                    "with the current launcher policy (no GPU needed)")
     args = p.parse_args(argv)
@@ -454,6 +471,9 @@ def main(argv=None) -> int:
     if staged:
         result["prefill_stages"] = staged
     result["chunk_warps"] = list(chunk_cfg["num_warps"])
+    if args.merge_into:
+        result = merge_into(json.loads(Path(args.merge_into).read_text()), result)
+        cases, summary = result["cases"], result["summary"]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

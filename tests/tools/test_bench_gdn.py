@@ -29,3 +29,19 @@ def test_resummarize_picks_the_launchers_default_way(tmp_path):
         assert c["atlas_fraction_of_floor"] == pytest.approx(1.0 / c["atlas_us"])  # 4 MB at 4 TB/s: 1 us
     assert out["summary"]["min_verify_speedup_vs_fla"] == pytest.approx(min(c["speedup_vs_fla"] for c in out["cases"]))
     assert set(out["summary"]["min_verify_speedup_by_way"]) == set(bg.VERIFY_WAYS)
+
+
+def test_merge_into_replaces_only_the_groups_timed_again():
+    from atlas.tools import bench_gdn as bg
+
+    def case(model, kind, us):
+        return {"model": model, "kind": kind, "B": 1, "K": 2, "T": 512, "atlas_us": us, "fla_us": 2.0 * us,
+                "speedup_vs_fla": 2.0}
+    old = {"device": {"name": "a"}, "copy_bandwidth_Bps": 1.0, "wall_s": 1.0,
+           "cases": [case("m", "prefill", 1.0), case("m", "verify", 5.0)], "summary": {}}
+    new = {"device": {"name": "b"}, "copy_bandwidth_Bps": 2.0, "wall_s": 2.0, "cases": [case("m", "verify", 3.0)],
+           "summary": {}}
+    out = bg.merge_into(old, new)
+    assert [(c["kind"], c["atlas_us"]) for c in out["cases"]] == [("prefill", 1.0), ("verify", 3.0)]
+    assert out["runs"][0]["groups"] == [("m", "prefill")] and out["runs"][1]["groups"] == [("m", "verify")]
+    assert out["runs"][1]["copy_bandwidth_Bps"] == 2.0 and out["summary"]["min_verify_speedup_vs_fla"] == 2.0
