@@ -21,10 +21,13 @@ The plan the runtime reads (manifest["gdn_kernels"]):
      "verify_replay": name,                  # rollback mode "replay": keeps the raw inputs only
      "commit": name,                         # mode "states": steps[b, n-1] -> slot, window slid by n
      "commit_replay": name,                  # either mode: re-run the accepted tokens in place (lens = accepted)
-     "verify_deltas": {"2": name, ..., "17": name},  # rollback mode "deltas": the chunk-form verify (one
-     "commit_deltas": {"2": name, ..., "17": name},  #   instance per token tile, 16 or 32) and its rank-n commit
-     "verify_deltas_recurrent": name,        # the same rollback filled token by token (triton_verify.
-                                             #   deltas_verify_kernel says which of the two per batch and width)
+     "verify_deltas": {                      # rollback mode "deltas"; triton_verify.deltas_verify_kernel(B, T, HV)
+         "recurrent": name,                  #   picks the way: one fused token-by-token launch,
+         "prep": {"16": name, "32": name},   #   or the prep launch (per token tile TP = token_tile(T)) then
+         "prepped": name,                    #   the token-by-token recurrence
+         "prepped_chunk": {"16": n, "32": n},#   or the chunk form on the prep's outputs,
+         "chunk": {"16": n, "32": n},        #   or the chunk form alone;
+         "commit": {"16": n, "32": n}},      #   then the rank-n commit
      "conv_varlen": name,                    # prefill conv + SiLU, windows updated
      "conv_update": name, "conv_update_verify": name, "conv_commit": name,   # the unfused conv path
      "chunk": [wy, state, out],              # chunked prefill stages in launch order (state at the largest BV)
@@ -64,6 +67,7 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     from atlas.plugins_trt.gated_delta_net import triton_recurrent as rec
     from atlas.plugins_trt.gated_delta_net import triton_verify as ver
     from atlas.plugins_trt.gated_delta_net import triton_verify_chunk as vc
+    from atlas.plugins_trt.gated_delta_net import triton_verify_prep as vp
 
     HK, HV = config.linear_num_key_heads, config.linear_num_value_heads
     DK, DV, KW, C = config.linear_key_head_dim, config.linear_value_head_dim, config.linear_conv_kernel, \
@@ -101,21 +105,26 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=False)
     plan["commit_replay"] = add("commit_replay", rec.signature_gdn_recurrent(
         "commit_replay", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
-    # rollback mode "deltas": one verify and one commit instance per token tile
-    vd, cd = {}, {}
-    for t in VERIFY_WIDTHS:
-        tp = vc.token_tile(t)
-        if tp not in vd:
-            bv, warps = vc.verify_chunk_config(t, 1, HV, DV, fuse_norm=True)
-            vd[tp] = add("verify_deltas", vc.signature_gdn_verify_chunk(HK, HV, DK, DV, t, BV=bv, num_warps=warps,
-                                                                         norm_eps=eps), rgrid)
-            cd[tp] = add("commit_deltas", vc.signature_gdn_commit_deltas(HK, HV, DK, DV, KW, t,
-                                                                          BV=vc.commit_deltas_bv(DV)), rgrid)
-    plan["verify_deltas"] = {str(t): vd[vc.token_tile(t)] for t in VERIFY_WIDTHS}
+    # rollback mode "deltas": every way triton_verify.deltas_verify_kernel can pick (per batch and width, at run
+    # time), instances per token tile where the tile is a constexpr, and the commit
+    tiles = sorted({vc.token_tile(t) for t in VERIFY_WIDTHS})
+    deltas = {"chunk": {}, "prepped_chunk": {}, "prep": {}, "commit": {}}
+    for tp in tiles:
+        bv, warps = vc.verify_chunk_config(tp, 1, HV, DV, fuse_norm=True)
+        for way in ("chunk", "prepped_chunk"):
+            deltas[way][str(tp)] = add(f"verify_deltas_{way}", vc.signature_gdn_verify_chunk(
+                HK, HV, DK, DV, tp, BV=bv, num_warps=warps, norm_eps=eps, prepped=way == "prepped_chunk"), rgrid)
+        deltas["prep"][str(tp)] = add("verify_deltas_prep", vp.signature_gdn_verify_prep(HK, HV, DK, DV, tp),
+                                      ["HK + HV", "B", "1"])
+        deltas["commit"][str(tp)] = add("commit_deltas", vc.signature_gdn_commit_deltas(
+            HK, HV, DK, DV, KW, tp, BV=vc.commit_deltas_bv(DV)), rgrid)
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=True)
-    plan["verify_deltas_recurrent"] = add("verify_deltas_recurrent", rec.signature_gdn_recurrent(
+    deltas["recurrent"] = add("verify_deltas_recurrent", rec.signature_gdn_recurrent(
         "verify_deltas", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
-    plan["commit_deltas"] = {str(t): cd[vc.token_tile(t)] for t in VERIFY_WIDTHS}
+    bv, warps = vp.prepped_config(1, HV, DV, fuse_norm=True)
+    deltas["prepped"] = add("verify_deltas_prepped", vp.signature_gdn_recurrent_prepped(
+        HK, HV, DK, DV, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
+    plan["verify_deltas"] = deltas
     # the conv on its own: prefill (before the chunked stages), and the unfused decode / verify / commit path
     plan["conv_varlen"] = add("conv_varlen", conv.signature_conv_varlen(KW),
                               ["N", "cdiv(max_T, BT)", "cdiv(C, BC)"])

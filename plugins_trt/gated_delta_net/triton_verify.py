@@ -141,10 +141,14 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
 
 
 def deltas_verify_kernel(B: int, T: int, HV: int) -> str:
-    """Which kernel fills a "deltas" rollback: the chunk form where the verify has few programs to run side by
-    side (its T-token solve has no token-by-token chain), the token-by-token kernel where many sequences
-    already fill the GPU (its per-program cost is lower). From the H200 sweep in tools/results/gdn.json."""
-    return "chunk" if B * HV <= 48 and T >= 8 else "recurrent"
+    """Which kernel fills a "deltas" rollback (each way's time for every benchmark case is in
+    tools/results/gdn.json; H200, HV 32 and 48, B 1 and 8):
+    - T <= 2, or T <= 4 with few programs (B·HV <= 96): the fused token-by-token kernel, one launch;
+    - T <= 16 otherwise: prep launch + chunk form (the T tokens solved together, token tile 16);
+    - T 17 (token tile 32, where the chunk form's registers spill): prep launch + token-by-token recurrence."""
+    if T <= 2 or (T <= 4 and B * HV <= 96):
+        return "recurrent"
+    return "prepped_chunk" if T <= 16 else "prepped"
 
 
 @triton.jit

@@ -272,8 +272,9 @@ def launch_commit_deltas(dk, du, dg, keep_x, accepted, window, state, slots, *, 
 def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV: int, num_warps: int,
                                num_stages: int = 2, norm_eps: float = 1e-6, fuse_norm: bool = True,
                                act: str = "*bf16", state: str = "*fp32", has_conv_bias: bool = False,
-                               dot_prec: str = "tf32"):
-    """gdn_verify_chunk_kernel for widths of the token tile token_tile(T); T stays a run-time int.
+                               dot_prec: str = "tf32", prepped: bool = False):
+    """gdn_verify_chunk_kernel for widths of the token tile token_tile(T); T stays a run-time int. prepped: reads the
+    prep launch's outputs (triton_verify_prep) instead of computing the conv and norms.
 
     act: dtype of the activations, conv weight, window and keep buffers; state: of the state; k, u, g and
     A_log, dt_bias and the norm weight are fp32. a, b and z are column views of the in_proj output (not assumed
@@ -285,7 +286,7 @@ def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV
                  state=state, slots=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F, keep_x=P, keep_ab=P,
                  dk=F, du=F, dg=F, qn=F, vc=P, beta_in=F, T=i32)
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, TP=token_tile(T), FUSE_NORM=fuse_norm,
-                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec, PREPPED=False)
+                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec, PREPPED=prepped)
     return aot_signature_of(gdn_verify_chunk_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
 
 

@@ -179,3 +179,29 @@ def prep_config(T: int) -> int:
     """The first launch's num_warps: its [TP, 128] conv tiles compile without spilling at 4 warps for TP 16
     (196 registers) and 8 for TP 32 (194; 4 warps spill)."""
     return 8 if token_tile(T) > 16 else 4
+
+
+def signature_gdn_verify_prep(HK: int, HV: int, DK: int, DV: int, T: int, *, num_warps: int | None = None,
+                              num_stages: int = 2, act: str = "*bf16", has_conv_bias: bool = False):
+    """gdn_verify_prep_kernel for widths of the token tile token_tile(T). Grid (HK + HV, B)."""
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, I, i32 = act, "*fp32", "*i32", "i32"
+    types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
+                 slots=I, qn=F, kn=F, vc=P, g_out=F, beta_out=F, keep_x=P, keep_ab=P, T=i32)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, TP=token_tile(T), HAS_CONV_BIAS=has_conv_bias)
+    return aot_signature_of(gdn_verify_prep_kernel, types, const, num_warps or prep_config(T), num_stages,
+                            unaligned=("a", "b"))
+
+
+def signature_gdn_recurrent_prepped(HK: int, HV: int, DK: int, DV: int, *, BV: int, num_warps: int,
+                                    num_stages: int = 2, norm_eps: float = 1e-6, fuse_norm: bool = True,
+                                    act: str = "*bf16", state: str = "*fp32"):
+    """gdn_recurrent_prepped_kernel; T stays a run-time int. Grid (DV // BV, HV, B)."""
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, i32 = act, "*fp32", "i32"
+    types = dict(qn=F, kn=F, vc=P, g_in=F, beta_in=F, state=state, slots="*i32", o=P, stride_o=i32, z=P,
+                 stride_z=i32, norm_w=F, du=F, T=i32)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, FUSE_NORM=fuse_norm, NORM_EPS=float(norm_eps))
+    return aot_signature_of(gdn_recurrent_prepped_kernel, types, const, num_warps, num_stages, unaligned=("z",))

@@ -41,8 +41,27 @@ def _names(plan: dict) -> set[str]:
             if role not in ("act_dtype", "state_dtype", "verify_mode"):
                 names.add(value)
         else:
-            names.update(value.values() if isinstance(value, dict) else value)
+            names |= _leaves(value)
     return names
+
+
+def _leaves(value) -> set[str]:
+    """The kernel names in a plan entry: strings nested in dicts and lists."""
+    if isinstance(value, str):
+        return {value}
+    return set().union(*map(_leaves, value.values() if isinstance(value, dict) else value))
+
+
+def _deltas_kernels() -> tuple[str, ...]:
+    """triton_verify.DELTAS_KERNELS, read from the source (importing triton here could pick up the interpreter)."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(__file__).resolve().parents[2] / "plugins_trt" / "gated_delta_net" / "triton_verify.py"
+    for node in ast.parse(src.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "DELTAS_KERNELS":
+            return ast.literal_eval(node.value)
+    raise AssertionError("DELTAS_KERNELS not found in triton_verify.py")
 
 
 def test_gdn_plan_names_compiled_kernels(engine):
@@ -54,14 +73,14 @@ def test_gdn_plan_names_compiled_kernels(engine):
                             "DK": c["linear_key_head_dim"], "DV": c["linear_value_head_dim"],
                             "KW": c["linear_conv_kernel"], "C": plan["dims"]["C"]}
     for role in ("decode", "verify", "verify_replay", "commit", "commit_replay", "conv_varlen", "conv_update",
-                 "conv_update_verify", "conv_commit", "chunk", "chunk_state", "verify_deltas", "commit_deltas",
-                 "verify_deltas_recurrent"):
+                 "conv_update_verify", "conv_commit", "chunk", "chunk_state", "verify_deltas"):
         assert plan[role], role
     assert set(plan["verify"]) == {"2", "3", "4", "8", "17"}
     assert len(set(plan["verify"].values())) == 1  # T is a run-time int: one instance serves every width
-    for role in ("verify_deltas", "commit_deltas"):  # one instance per token tile: 16 (T <= 16) and 32 (T 17)
-        assert set(plan[role]) == set(plan["verify"]), role
-        assert plan[role]["2"] == plan[role]["8"] != plan[role]["17"], role
+    deltas = plan["verify_deltas"]
+    assert set(_deltas_kernels()) <= set(deltas)  # every way the run-time policy can pick was compiled
+    for way in ("chunk", "prepped_chunk", "prep", "commit"):  # one instance per token tile: 16 (T <= 16), 32 (T 17)
+        assert set(deltas[way]) == {"16", "32"} and deltas[way]["16"] != deltas[way]["32"], way
     assert len(plan["chunk"]) == 3
     names = _names(plan)
     assert names == set(plan["kernels"])

@@ -308,7 +308,8 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     assert torch.equal(state[others], s.state[others]) and torch.equal(window[others], s.window[others])
 
 
-def test_verify_deltas_stays_exact_on_repeated_keys():
+@pytest.mark.parametrize("kernel", ["chunk", "prepped_chunk"])
+def test_verify_deltas_stays_exact_on_repeated_keys(kernel):
     """The same input for every token (equal keys, beta near 1, slow decay) is where a triangular solve
     loses accuracy if done carelessly; the chunk verify must still match the token-by-token reference."""
     s = Shape(2, 4, 16, 32, seed=10)
@@ -321,7 +322,7 @@ def test_verify_deltas_stays_exact_on_repeated_keys():
     window, state = s.window.clone(), s.state.clone()
     rb = VerifyRollback.empty(1, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
     o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb,
-                          out=poison(1, K, s.HV, s.DV))
+                          out=poison(1, K, s.HV, s.DV), deltas_kernel=kernel)
     orf, _, _ = s.ref(x[0], a[0], b[0], s.window[4], s.state[4])
     report("verify(deltas) repeated keys o", rel(o[0], orf))
     launch_gdn_commit(rb, torch.tensor([K], dtype=torch.int32, device=DEV), window, state, slots, s.HK)
@@ -581,15 +582,15 @@ def test_gpu_decode_and_verify_real_shapes(model):
             rb = VerifyRollback.empty(2, K, s.C, HV, D, D, torch.bfloat16, DEV, mode=mode)
             o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots[:2], HK, rb,
                                   out=poison(2, K, HV, D, dtype=torch.bfloat16), deltas_kernel=kernel)
-            mode = f"{mode}, {kernel}" if kernel else mode
+            way = f"{mode}, {kernel}" if kernel else mode
             accepted = torch.tensor([K // 2 + 1, K], dtype=torch.int32, device=DEV)
             launch_gdn_commit(rb, accepted, window, state, slots[:2], HK)
             for i, sl in enumerate(slots[:2].tolist()):
                 orf, _, _ = s.ref(x[i], a[i], b[i], s.window[sl], s.state[sl])
-                report(f"{model} verify({mode}) K{K} o seq{i}", rel(o[i], orf.to(DEV)), BF16_TOL)
+                report(f"{model} verify({way}) K{K} o seq{i}", rel(o[i], orf.to(DEV)), BF16_TOL)
                 n = int(accepted[i])
                 _, _, Sr = s.ref(x[i, :n], a[i, :n], b[i, :n], s.window[sl], s.state[sl])
-                report(f"{model} commit({mode}) n={n} state seq{i}", rel(state[sl], Sr), BF16_TOL)
+                report(f"{model} commit({way}) n={n} state seq{i}", rel(state[sl], Sr), BF16_TOL)
 
 
 @pytest.mark.gpu
