@@ -8,10 +8,13 @@ to roll back exactly, chosen per call:
   52 MB for T 17, HV 48, D 128, per sequence and layer).
 - mode "replay": nothing but the raw inputs is kept; the commit re-runs the n accepted tokens from the
   slot, in place (one state read and write). Three state passes in all, whatever T.
-- mode "deltas" (triton_verify_chunk.py): the T tokens are solved as one chunk; per token the normalised
-  key, the delta-rule update u_t and the decay g_t are kept (fp32, T·(HK·DK + HV·DV + HV)·4 bytes), from
-  which the state after any prefix follows; the commit applies the accepted prefix as one rank-n update
-  (one state read and write). Three state passes in all, and no token-by-token chain in either kernel.
+- mode "deltas" (the default; triton_verify_chunk.py): per token the normalised key, the delta-rule update
+  u_t and the decay g_t are kept (fp32, T·(HK·DK + HV·DV + HV)·4 bytes), from which the state after any prefix
+  follows; the commit applies the accepted prefix as one rank-n update (one state read and write). Three
+  state passes in all. Four ways fill it (DELTAS_KERNELS; deltas_verify_kernel picks one per batch and width):
+  the fused token-by-token kernel ("recurrent"), the chunk form that solves the T tokens together ("chunk"),
+  or either of them after a prep launch that computes q̂, k̂, v, g, beta once per head (triton_verify_prep.py:
+  "prepped", "prepped_chunk"). Measured per way in tools/results/gdn.json and plugins_trt/gated_delta_net/NOTES.md.
 
 All keep the raw conv inputs (`keep_x [B, T, C]`) and gate inputs (`keep_ab [B, T, 2·HV]`), and both
 commits slide the conv window by n. n = accepted[b] counts the verify tokens that stay (0..T; 0 keeps
