@@ -108,38 +108,30 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
         raise ValueError(f"rollback buffers are for [B, T, C] = {list(rollback.keep_x.shape)}, the verify is "
                          f"{[B, T, C]}: make them with VerifyRollback.empty for this batch and width")
     o = torch.empty((B, T, HV, DV), dtype=mixed_qkv.dtype, device=mixed_qkv.device) if out is None else out
-    deltas = None
-    if rollback.mode == "deltas":
-        R = rollback
-        deltas_kernel = deltas_kernel or deltas_verify_kernel(B, T, HV)
-        if deltas_kernel not in DELTAS_KERNELS:
-            raise ValueError(f"deltas_kernel must be one of {DELTAS_KERNELS}, got {deltas_kernel!r}")
-        deltas = (R.k.view(B * T, -1), R.u.view(B * T, -1), R.g.view(B * T, -1))
-    if deltas is not None and deltas_kernel in ("prepped", "prepped_chunk"):
+    R = rollback
+    # [B*T, width] views, one row per token
+    x2, a2, b2 = rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV)
+    z2 = rows(z, "z", HV * DV) if z is not None else None
+    common = dict(o=o.view(B * T, HV * DV), keep_x=R.keep_x.view(B * T, C), keep_ab=R.keep_ab.view(B * T, 2 * HV),
+                  z=z2, norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps)
+    args = (x2, a2, b2, conv_weight, conv_bias, A_log, dt_bias, window, state, slots)
+    if R.mode != "deltas":
+        launch_recurrent(*args, num_k_heads=num_k_heads, T=T, steps=R.steps, in_place=False, **common)
+        return o
+    deltas_kernel = deltas_kernel or deltas_verify_kernel(B, T, HV)
+    if deltas_kernel not in DELTAS_KERNELS:
+        raise ValueError(f"deltas_kernel must be one of {DELTAS_KERNELS}, got {deltas_kernel!r}")
+    deltas = dict(dk=R.k.view(B * T, -1), du=R.u.view(B * T, -1), dg=R.g.view(B * T, -1))
+    if deltas_kernel == "recurrent":
+        launch_recurrent(*args, num_k_heads=num_k_heads, T=T, deltas=tuple(deltas.values()), in_place=False,
+                         **common)
+    elif deltas_kernel == "chunk":
+        launch_verify_chunk(*args, num_k_heads=num_k_heads, T=T, dot_prec=dot_prec, **deltas, **common)
+    else:
         qn, vc, beta = R.scratch
-        launch_verify_prepped(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,
-                              conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T,
-                              o=o.view(B * T, HV * DV), keep_x=R.keep_x.view(B * T, C),
-                              keep_ab=R.keep_ab.view(B * T, 2 * HV), dk=R.k.view(B * T, -1), du=R.u.view(B * T, -1),
-                              dg=R.g.view(B * T, -1), qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
-                              beta=beta.view(B * T, -1), z=rows(z, "z", HV * DV) if z is not None else None,
-                              norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps,
-                              chunk=deltas_kernel == "prepped_chunk", dot_prec=dot_prec)
-        return o
-    if deltas is not None and deltas_kernel == "chunk":
-        launch_verify_chunk(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight,
-                            conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T,
-                            o=o.view(B * T, HV * DV), keep_x=R.keep_x.view(B * T, C),
-                            keep_ab=R.keep_ab.view(B * T, 2 * HV), dk=R.k, du=R.u, dg=R.g,
-                            z=rows(z, "z", HV * DV) if z is not None else None, norm_weight=norm_weight,
-                            norm_eps=norm_eps, BV=BV, num_warps=num_warps, dot_prec=dot_prec)
-        return o
-    launch_recurrent(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight, conv_bias,
-                     A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=T, o=o.view(B * T, HV * DV),
-                     z=rows(z, "z", HV * DV) if z is not None else None, norm_weight=norm_weight,
-                     norm_eps=norm_eps, steps=rollback.steps, keep_x=rollback.keep_x.view(B * T, C),
-                     keep_ab=rollback.keep_ab.view(B * T, 2 * HV), deltas=deltas, in_place=False, BV=BV,
-                     num_warps=num_warps)
+        launch_verify_prepped(*args, num_k_heads=num_k_heads, T=T, qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
+                              beta=beta.view(B * T, -1), chunk=deltas_kernel == "prepped_chunk", dot_prec=dot_prec,
+                              **deltas, **common)
     return o
 
 
