@@ -27,6 +27,7 @@ The plan the runtime reads (manifest["gdn_kernels"]):
          "prepped": name,                    #   the token-by-token recurrence
          "prepped_chunk": {"16": n, "32": n},#   or the chunk form on the prep's outputs,
          "chunk": {"16": n, "32": n},        #   or the chunk form alone;
+         "prepped_chunk_tail": {"17": n},    #   (prepped chunk, T 17: 16 tokens in the tile, the last one step)
          "commit": {"16": n, "32": n}},      #   then the rank-n commit
      "conv_varlen": name,                    # prefill conv + SiLU, windows updated
      "conv_update": name, "conv_update_verify": name, "conv_commit": name,   # the unfused conv path
@@ -118,6 +119,9 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
                                       ["HK + HV", "B", "1"])
         deltas["commit"][str(tp)] = add("commit_deltas", vc.signature_gdn_commit_deltas(
             HK, HV, DK, DV, KW, tp, BV=vc.commit_deltas_bv(DV)), rgrid)
+    bv, warps = vc.verify_chunk_config(17, 1, HV, DV, fuse_norm=True)  # T 17: 16 tokens in the tile + one step
+    deltas["prepped_chunk_tail"] = {"17": add("verify_deltas_prepped_chunk_tail", vc.signature_gdn_verify_chunk(
+        HK, HV, DK, DV, 17, BV=bv, num_warps=warps, norm_eps=eps, prepped=True, tail=True), rgrid)}
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=True)
     deltas["recurrent"] = add("verify_deltas_recurrent", rec.signature_gdn_recurrent(
         "verify_deltas", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)

@@ -14,7 +14,8 @@ to roll back exactly, chosen per call:
   state passes in all. Four ways fill it (DELTAS_KERNELS; deltas_verify_kernel picks one per batch and width):
   the fused token-by-token kernel ("recurrent"), the chunk form that solves the T tokens together ("chunk"),
   or either of them after a prep launch that computes q̂, k̂, v, g, beta once per head (triton_verify_prep.py:
-  "prepped", "prepped_chunk"). Measured per way in tools/results/gdn.json and plugins_trt/gated_delta_net/NOTES.md.
+  "prepped", "prepped_chunk"; "prepped_chunk_tail" puts T - 1 tokens in the chunk tile and runs the last as one
+  step, so T 17 fits the 16-token tile). Measured per way in tools/results/gdn.json and plugins_trt/gated_delta_net/NOTES.md.
 
 All keep the raw conv inputs (`keep_x [B, T, C]`) and gate inputs (`keep_ab [B, T, 2·HV]`), and both
 commits slide the conv window by n. n = accepted[b] counts the verify tokens that stay (0..T; 0 keeps
@@ -36,7 +37,7 @@ from atlas.plugins_trt.gated_delta_net.triton_verify_prep import launch_verify_p
 
 
 MODES = ("states", "replay", "deltas")
-DELTAS_KERNELS = ("chunk", "recurrent", "prepped", "prepped_chunk")
+DELTAS_KERNELS = ("chunk", "recurrent", "prepped", "prepped_chunk", "prepped_chunk_tail")
 
 
 @dataclass
@@ -130,8 +131,8 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     else:
         qn, vc, beta = R.scratch
         launch_verify_prepped(*args, num_k_heads=num_k_heads, T=T, qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
-                              beta=beta.view(B * T, -1), chunk=deltas_kernel == "prepped_chunk", dot_prec=dot_prec,
-                              **deltas, **common)
+                              beta=beta.view(B * T, -1), chunk=deltas_kernel.startswith("prepped_chunk"),
+                              tail=deltas_kernel == "prepped_chunk_tail", dot_prec=dot_prec, **deltas, **common)
     return o
 
 

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.causal_conv1d.triton_conv import slide_window
-from atlas.plugins_trt.gated_delta_net.triton_common import gdn_gate, l2norm_rows
+from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, l2norm_rows
 
 
 def token_tile(T: int) -> int:
@@ -81,6 +81,7 @@ def gdn_verify_chunk_kernel(
     BV: tl.constexpr, TP: tl.constexpr,
     FUSE_NORM: tl.constexpr, NORM_EPS: tl.constexpr, HAS_CONV_BIAS: tl.constexpr, DOT_PREC: tl.constexpr,
     PREPPED: tl.constexpr,
+    TAIL: tl.constexpr,   # 1: the last token runs as one token-by-token step after the tile (T - 1 <= TP; PREPPED)
 ):
     iv, h, bi = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     R: tl.constexpr = HV // HK
@@ -91,8 +92,11 @@ def gdn_verify_chunk_kernel(
     if slot < 0:
         return
     kh = h // R
+    if TAIL:
+        tl.static_assert(PREPPED, "the tail step reads the prep launch's outputs")
+    NT = T - TAIL  # tokens in the tile
     t = tl.arange(0, TP)
-    valid = t < T
+    valid = t < NT
     ck = tl.arange(0, DK)
     cv = iv * BV + tl.arange(0, BV)
     q_ch = kh * DK + ck
@@ -134,7 +138,7 @@ def gdn_verify_chunk_kernel(
     out = eG[:, None] * tl.dot(q, S0, input_precision=DOT_PREC)
     if (iv == 0) & (h % R == 0) & (not PREPPED):
         tl.store(dk + (rows[:, None] * HK + kh) * DK + ck[None, :], k, mask=m2)
-    for i in range(1, T):  # forward substitution: row i of U <- rhs_i - sum_{j<i} A[i, j] U[j]
+    for i in range(1, NT):  # forward substitution: row i of U <- rhs_i - sum_{j<i} A[i, j] U[j]
         sel = (t == i)[:, None]
         a_i = tl.sum(tl.where(sel, A, 0.0), axis=0)  # [TP] by column j
         U = tl.where(sel, U - tl.sum(a_i[:, None] * U, axis=0)[None, :], U)
@@ -148,6 +152,22 @@ def gdn_verify_chunk_kernel(
             * (zt * tl.sigmoid(zt))
     tl.store(o + rows[:, None] * stride_o + h * DV + cv[None, :], out.to(o.dtype.element_ty), mask=m2)
     tl.store(du + (rows[:, None] * HV + h) * DV + cv[None, :], U, mask=m2)
+    if TAIL:  # S after the tile, S_NT = exp(G_NT) S0 + sum_j exp(G_NT - G_j) k̂_j u_jᵀ, then one delta step
+        G_last = tl.sum(g, axis=0)
+        w_j = tl.where(valid, tl.exp(G_last - G), 0.0)
+        S = tl.exp(G_last) * S0 + tl.dot(tl.trans(k * w_j[:, None]), U, input_precision=DOT_PREC)  # [DK, BV]
+        tr = row0 + NT
+        q1 = tl.load(qn + (tr * HK + kh) * DK + ck)
+        k1 = tl.load(dk + (tr * HK + kh) * DK + ck)
+        v1 = tl.load(vc + tr * (HV * DV) + h * DV + cv).to(tl.float32)
+        S = S * tl.exp(tl.load(dg + tr * HV + h))
+        u1 = tl.load(beta_in + tr * HV + h) * (v1 - tl.sum(S * k1[:, None], axis=0))
+        S = S + k1[:, None] * u1[None, :]
+        o1 = tl.sum(S * q1[:, None], axis=0)
+        if FUSE_NORM:
+            o1 = gated_norm_vec(o1, z + tr * stride_z + h * DV, norm_w, cv, DV, NORM_EPS, o.dtype.element_ty)
+        tl.store(o + tr * stride_o + h * DV + cv, o1.to(o.dtype.element_ty))
+        tl.store(du + (tr * HV + h) * DV + cv, u1)
     if not PREPPED:
         # the raw inputs, for the window slide of the commit (and a replay commit): each channel by one owner
         tl.store(keep_x + rows[:, None] * C + v_ch[None, :],
@@ -236,9 +256,12 @@ def commit_deltas_bv(DV: int) -> int:
 def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                         T: int, o, keep_x, keep_ab, dk, du, dg, z=None, norm_weight=None, norm_eps: float = 1e-6,
                         BV: int | None = None, num_warps: int | None = None, dot_prec: str = "tf32",
-                        prepped=None) -> None:
+                        prepped=None, tail: bool = False) -> None:
     """Launch gdn_verify_chunk_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV].
-    prepped: (qn, vc, beta) filled (with dk, dg, keep_x, keep_ab) by gdn_verify_prep_kernel, or None."""
+    prepped: (qn, vc, beta) filled (with dk, dg, keep_x, keep_ab) by gdn_verify_prep_kernel, or None.
+    tail (needs prepped): the first T - 1 tokens in the tile, the last as one step after it (T 17 in a 16 tile)."""
+    if tail and prepped is None:
+        raise ValueError("tail=True needs the prep launch's outputs (prepped)")
     _, HV, DK, DV = state.shape
     C, KW = conv_weight.shape
     if KW != 4:
@@ -246,16 +269,17 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
     if a.stride(0) != b.stride(0):
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     fuse_norm = z is not None
-    BV, num_warps = verify_chunk_config(T, slots.numel(), HV, DV, fuse_norm, BV, num_warps)
+    TP = token_tile(T - 1 if tail else T)
+    BV, num_warps = verify_chunk_config(TP, slots.numel(), HV, DV, fuse_norm, BV, num_warps)
     dummy = state
     gdn_verify_chunk_kernel[(DV // BV, HV, slots.numel())](
         x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
         A_log, dt_bias, window, state, slots, o, o.stride(0),
         z if fuse_norm else dummy, z.stride(0) if fuse_norm else 0, norm_weight if fuse_norm else dummy,
         keep_x, keep_ab, dk, du, dg, *(prepped if prepped is not None else (dk, du, dg)), T,
-        HK=num_k_heads, HV=HV, DK=DK, DV=DV, BV=BV, TP=token_tile(T), FUSE_NORM=fuse_norm,
+        HK=num_k_heads, HV=HV, DK=DK, DV=DV, BV=BV, TP=TP, FUSE_NORM=fuse_norm,
         NORM_EPS=float(norm_eps), HAS_CONV_BIAS=conv_bias is not None, DOT_PREC=dot_prec,
-        PREPPED=prepped is not None, num_warps=num_warps)
+        PREPPED=prepped is not None, TAIL=int(tail), num_warps=num_warps)
 
 
 def launch_commit_deltas(dk, du, dg, keep_x, accepted, window, state, slots, *, num_k_heads: int, T: int,
@@ -272,7 +296,7 @@ def launch_commit_deltas(dk, du, dg, keep_x, accepted, window, state, slots, *, 
 def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV: int, num_warps: int,
                                num_stages: int = 2, norm_eps: float = 1e-6, fuse_norm: bool = True,
                                act: str = "*bf16", state: str = "*fp32", has_conv_bias: bool = False,
-                               dot_prec: str = "tf32", prepped: bool = False):
+                               dot_prec: str = "tf32", prepped: bool = False, tail: bool = False):
     """gdn_verify_chunk_kernel for widths of the token tile token_tile(T); T stays a run-time int. prepped: reads the
     prep launch's outputs (triton_verify_prep) instead of computing the conv and norms.
 
@@ -285,8 +309,9 @@ def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV
     types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
                  state=state, slots=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F, keep_x=P, keep_ab=P,
                  dk=F, du=F, dg=F, qn=F, vc=P, beta_in=F, T=i32)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, TP=token_tile(T), FUSE_NORM=fuse_norm,
-                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec, PREPPED=prepped)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, TP=token_tile(T - 1 if tail else T), FUSE_NORM=fuse_norm,
+                 NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec, PREPPED=prepped,
+                 TAIL=int(tail))
     return aot_signature_of(gdn_verify_chunk_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
 
 

@@ -265,7 +265,7 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
         report(f"commit({mode}) window seq{i} n={n}", rel(window[sl], wr))
 
 
-@pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk"])
+@pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk", "prepped_chunk_tail"])
 @pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
 def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     """Mode "deltas", filled by either verify kernel (the chunk form at both token tiles, 16 and 32, or token
@@ -308,7 +308,7 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     assert torch.equal(state[others], s.state[others]) and torch.equal(window[others], s.window[others])
 
 
-@pytest.mark.parametrize("kernel", ["chunk", "prepped_chunk"])
+@pytest.mark.parametrize("kernel", ["chunk", "prepped_chunk", "prepped_chunk_tail"])
 def test_verify_deltas_stays_exact_on_repeated_keys(kernel):
     """The same input for every token (equal keys, beta near 1, slow decay) is where a triangular solve
     loses accuracy if done carelessly; the chunk verify must still match the token-by-token reference."""
@@ -575,7 +575,7 @@ def test_gpu_decode_and_verify_real_shapes(model):
                        beta=b[:1].view(1, 1, HV), initial_state=s.state[slots[:1].long()], **_fla_kwargs(s))
         print(f"    fla decode seq0 vs atlas: {rel(o[0], of[0, 0].float()):.2e}")
     for mode, kernel in (("states", None), ("deltas", "chunk"), ("deltas", "recurrent"), ("deltas", "prepped"),
-                         ("deltas", "prepped_chunk")):
+                         ("deltas", "prepped_chunk"), ("deltas", "prepped_chunk_tail")):
         for K in (4, 17):
             x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
             window, state = s.window.clone(), s.state.clone()
