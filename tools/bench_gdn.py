@@ -327,10 +327,10 @@ def stages(T: int, repeats: int) -> list[dict]:
             q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu, W["chunks"],
             W["w"], W["u"], W["G"], W["RQ"], W["RK"], HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16, DOT_PREC="tf32",
             num_warps=nw))
-    for bv in (32, 64):
-        add(f"state BV={bv}", lambda bv=bv: tc.chunk_state_kernel[(D // bv, HV, 1)](
+    for bv, nw in ((16, 2), (16, 4), (32, 4), (64, 4)):  # one sequence: BV 32 gives 192 programs, BV 16 384
+        add(f"state BV={bv} num_warps={nw}", lambda bv=bv, nw=nw: tc.chunk_state_kernel[(D // bv, HV, 1)](
             k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state, W["H"], W["dv"],
-            state, slots, 1, HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, SNAPSHOT=False, DOT_PREC="tf32", num_warps=4,
+            state, slots, 1, HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, SNAPSHOT=False, DOT_PREC="tf32", num_warps=nw,
             num_stages=2))
     add("out BV=64", lambda: tc.chunk_out_kernel[(NT, HV, 2)](
         q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"], W["dv"], o, o.stride(0),
