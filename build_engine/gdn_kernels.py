@@ -111,7 +111,7 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     tiles = sorted({vc.token_tile(t) for t in VERIFY_WIDTHS})
     deltas = {"chunk": {}, "prepped_chunk": {}, "prep": {}, "commit": {}}
     for tp in tiles:
-        bv, warps = vc.verify_chunk_config(tp, 1, HV, DV, fuse_norm=True)
+        bv, warps = vc.verify_chunk_config(DV, fuse_norm=True)
         for way in ("chunk", "prepped_chunk"):
             deltas[way][str(tp)] = add(f"verify_deltas_{way}", vc.signature_gdn_verify_chunk(
                 HK, HV, DK, DV, tp, BV=bv, num_warps=warps, norm_eps=eps, prepped=way == "prepped_chunk"), rgrid)
@@ -119,13 +119,13 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
                                       ["HK + HV", "B", "1"])
         deltas["commit"][str(tp)] = add("commit_deltas", vc.signature_gdn_commit_deltas(
             HK, HV, DK, DV, KW, tp, BV=vc.commit_deltas_bv(DV)), rgrid)
-    bv, warps = vc.verify_chunk_config(17, 1, HV, DV, fuse_norm=True)  # T 17: 16 tokens in the tile + one step
+    bv, warps = vc.verify_chunk_config(DV, fuse_norm=True)  # T 17: 16 tokens in the tile + one step
     deltas["prepped_chunk_tail"] = {"17": add("verify_deltas_prepped_chunk_tail", vc.signature_gdn_verify_chunk(
         HK, HV, DK, DV, 17, BV=bv, num_warps=warps, norm_eps=eps, prepped=True, tail=True), rgrid)}
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=True)
     deltas["recurrent"] = add("verify_deltas_recurrent", rec.signature_gdn_recurrent(
         "verify_deltas", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
-    bv, warps = vp.prepped_config(1, HV, DV, fuse_norm=True)
+    bv, warps = vp.prepped_config(DV, fuse_norm=True)
     deltas["prepped"] = add("verify_deltas_prepped", vp.signature_gdn_recurrent_prepped(
         HK, HV, DK, DV, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
     plan["verify_deltas"] = deltas

@@ -238,7 +238,7 @@ def slide_head_windows(window, keep_x, slot, bi, T, n, h, iv, cv, HK: tl.constex
 
 # ---------------------------------------------------------------------------------------------- launchers
 
-def verify_chunk_config(T: int, B: int, HV: int, DV: int, fuse_norm: bool, BV: int | None = None,
+def verify_chunk_config(DV: int, fuse_norm: bool, BV: int | None = None,
                         num_warps: int | None = None) -> tuple[int, int]:
     """The launcher's default (BV, num_warps) for the chunk verify: BV 64 / 4 warps was the fastest of the H200
     sweep (BV 16-64, 2-8 warps, tools/bench_gdn.py --sweep verify_deltas) at both token tiles. Larger tiles
@@ -270,7 +270,7 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     fuse_norm = z is not None
     TP = token_tile(T - 1 if tail else T)
-    BV, num_warps = verify_chunk_config(TP, slots.numel(), HV, DV, fuse_norm, BV, num_warps)
+    BV, num_warps = verify_chunk_config(DV, fuse_norm, BV, num_warps)
     dummy = state
     gdn_verify_chunk_kernel[(DV // BV, HV, slots.numel())](
         x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,

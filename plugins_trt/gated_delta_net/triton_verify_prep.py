@@ -161,14 +161,14 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
                             dot_prec=dot_prec, prepped=(qn, vc, beta), tail=tail)
         return
     fuse_norm = z is not None
-    BV, num_warps = prepped_config(B, HV, DV, fuse_norm, BV, num_warps)
+    BV, num_warps = prepped_config(DV, fuse_norm, BV, num_warps)
     gdn_recurrent_prepped_kernel[(DV // BV, HV, B)](
         qn, dk, vc, dg, beta, state, slots, o, o.stride(0), z if fuse_norm else o, z.stride(0) if fuse_norm else 0,
         norm_weight if fuse_norm else state, du, T, HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, FUSE_NORM=fuse_norm,
         NORM_EPS=float(norm_eps), num_warps=num_warps)
 
 
-def prepped_config(B: int, HV: int, DV: int, fuse_norm: bool, BV: int | None = None,
+def prepped_config(DV: int, fuse_norm: bool, BV: int | None = None,
                    num_warps: int | None = None) -> tuple[int, int]:
     """The recurrence's default (BV, num_warps)."""
     if fuse_norm:

@@ -1,0 +1,60 @@
+"""Experiment helper, not used by Atlas: compile the GDN verify kernels for sm_90 (no GPU needed) and print each
+configuration's registers and stack (spills) a thread, as cuobjdump reports them.
+
+    python -m atlas.tools.dev.gdn_registers > tools/results/gdn_registers.txt
+
+Run without TRITON_INTERPRET. Shapes: Qwen3.5-27B (HK 16, HV 48, D 128), bf16 activations, fp32 state.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+
+def usage(sig) -> str:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    c = triton.compile(ASTSource(fn=sig.fn, signature=sig.signature, constexprs=sig.constexprs, attrs=sig.attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": sig.num_warps,
+                                                                  "num_stages": sig.num_stages})
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(c.asm["cubin"])
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    return " ".join(w for line in out.splitlines() if "REG:" in line for w in line.split()
+                    if w.startswith(("REG:", "STACK:")))
+
+
+def main() -> None:
+    from atlas.plugins_trt.gated_delta_net import triton_recurrent as rec
+    from atlas.plugins_trt.gated_delta_net import triton_verify_chunk as vc
+    from atlas.plugins_trt.gated_delta_net import triton_verify_prep as vp
+
+    HK, HV, D = 16, 48, 128
+    rows = []
+    for mode in ("verify_replay", "verify_deltas"):  # the fused token-by-token kernel, without the norm
+        sig = rec.signature_gdn_recurrent(mode, HK, HV, D, D, 4, BV=16, num_warps=1)
+        rows.append((f"recurrent {mode} BV 16 / 1 warp", sig._replace(constexprs={**sig.constexprs,
+                                                                                   "FUSE_NORM": False})))
+    for bv, w in ((16, 1), (16, 2), (32, 4)):
+        rows.append((f"prepped recurrence BV {bv} / {w} warps",
+                     vp.signature_gdn_recurrent_prepped(HK, HV, D, D, BV=bv, num_warps=w, fuse_norm=False)))
+    for T in (4, 17):
+        rows.append((f"prep T {T}", vp.signature_gdn_verify_prep(HK, HV, D, D, T)))
+    for T, prepped, tail in ((4, False, False), (17, False, False), (8, True, False), (17, True, False),
+                             (17, True, True)):
+        for prec in ("tf32", "ieee") if not prepped else ("tf32",):
+            name = f"chunk T {T}{' prepped' if prepped else ''}{' tail' if tail else ''} {prec} BV 64 / 4 warps"
+            rows.append((name, vc.signature_gdn_verify_chunk(HK, HV, D, D, T, BV=64, num_warps=4, fuse_norm=False,
+                                                             dot_prec=prec, prepped=prepped, tail=tail)))
+    for name, sig in rows:
+        print(f"{name:55s} {usage(sig)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
