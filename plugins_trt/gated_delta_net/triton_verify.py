@@ -117,6 +117,9 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                   z=z2, norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps)
     args = (x2, a2, b2, conv_weight, conv_bias, A_log, dt_bias, window, state, slots)
     if R.mode != "deltas":
+        if deltas_kernel is not None:
+            raise ValueError(f"deltas_kernel={deltas_kernel!r} applies to rollback mode 'deltas'; this rollback is "
+                             f"mode {R.mode!r} (make it with VerifyRollback.empty(..., mode='deltas'))")
         launch_recurrent(*args, num_k_heads=num_k_heads, T=T, steps=R.steps, in_place=False, **common)
         return o
     deltas_kernel = deltas_kernel or deltas_verify_kernel(B, T, HV)

@@ -308,6 +308,19 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     assert torch.equal(state[others], s.state[others]) and torch.equal(window[others], s.window[others])
 
 
+def test_verify_rejects_a_way_its_rollback_cannot_take():
+    s = Shape(2, 4, 16, 32, seed=11)
+    x, a, b = s.rand(1, 4, s.C), s.rand(1, 4, s.HV), s.rand(1, 4, s.HV)
+    slots = torch.tensor([0], dtype=torch.int32, device=DEV)
+    for mode, kernel in (("states", "chunk"), ("deltas", "bogus")):
+        rb = VerifyRollback.empty(1, 4, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode=mode)
+        with pytest.raises(ValueError, match="deltas_kernel"):
+            launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, s.window.clone(), s.state.clone(), slots, s.HK,
+                              rb, deltas_kernel=kernel)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        VerifyRollback.empty(1, 4, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="snapshots")
+
+
 @pytest.mark.parametrize("kernel", ["chunk", "prepped_chunk", "prepped_chunk_tail"])
 def test_verify_deltas_stays_exact_on_repeated_keys(kernel):
     """The same input for every token (equal keys, beta near 1, slow decay) is where a triangular solve
