@@ -135,6 +135,11 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                     rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n)
                     item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
                                          gemv.grid_splitk_reduce(rcfg, bucket, n))
+            elif cfg.get("DEQUANT"):  # nvfp4 rows -> bf16 workspace, then cuBLAS (gemm.nvfp4_dequant_linear)
+                rows = min(gemm.dequant_rows(cfg, k), n)
+                item["rows"] = rows
+                item["kernel"] = add(gemm.signature_nvfp4_dequant(cfg, n, k), f"nvfp4_dequant.{n}x{k}.{tag}",
+                                     gemm.grid_nvfp4_dequant(cfg, rows, k))
             else:
                 sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
                 item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))

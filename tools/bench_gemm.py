@@ -122,7 +122,8 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[
 
             cfg, t, err, timings = best_of(lambda c: [lambda qt=qt: run(c, qt) for qt in qts], cands, check)
             b = bytes_w[fmt] + io
-            row[fmt] = {"kernel": kind if isinstance(kind, str) else kind[fmt == "fp8"], "config": cfg,
+            label = kind if isinstance(kind, str) else kind[fmt == "fp8"]
+            row[fmt] = {"kernel": "dequant + cuBLAS" if cfg.get("DEQUANT") else label, "config": cfg,
                         "seconds": t, "bytes": b, "bw_fraction": b / t / bandwidth,
                         "speedup_vs_cublas": t_cublas / t, "tflops": 2 * m * n * k / t / 1e12,
                         "rel_error": err, "candidates": timings}

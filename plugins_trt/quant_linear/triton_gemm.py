@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.quant_linear.triton_gemv import (
-    AotSignature, _epilogue_store, _nvfp4_dot_step, aot_signature)
+    AotSignature, _epilogue_store, _nvfp4_dot_step, aot_signature, nvfp4_tile_bf16)
 
 _NVFP4_DOT_DOWN = tl.constexpr(2.0 ** 8)
 FP8_MAX = tl.constexpr(448.0)
@@ -78,6 +78,34 @@ def nvfp4_gemm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
         acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, K // BLOCK_K, K, BLOCK_K, True, True)
     y = acc * (tl.load(ws2_ptr + rows_n) * _NVFP4_DOT_DOWN)[None, :]
     _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
+@triton.jit
+def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Rows [0, N) of an nvfp4 weight to bf16: out[n, k] = RN_bf16(E2M1 * block scale * weight_scale_2[n]).
+    Grid (cdiv(N, BLOCK_N), cdiv(K, BLOCK_K), 1); the pointers may start at any 16-row offset of the weight.
+
+    w_ptr *u8 [N, K/2], ws_ptr *fp8e4nv [N, K/16], ws2_ptr *fp32 [N], out_ptr *bf16 [N, K] (row stride stride_on).
+    E2M1 * block scale is exact in bf16; the one rounding is the weight_scale_2 product.
+    """
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    KW: tl.constexpr = BLOCK_K // 8
+    KG: tl.constexpr = BLOCK_K // 16
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.minimum(offs_n, N - 1)
+    offs_j = pid_k * KW + tl.arange(0, KW)
+    offs_g = pid_k * KG + tl.max_contiguous(tl.arange(0, KG), 2)
+    w = tl.load((w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + offs_j[None, :],
+                mask=(offs_j < K // 8)[None, :], other=0)
+    sg = tl.load(ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn + offs_g[None, :],
+                 mask=(offs_g < K // 16)[None, :], other=0)
+    wt = nvfp4_tile_bf16(w, sg.to(tl.float8e4nv, bitcast=True).to(tl.float32))  # E2M1 * scale * 2^-8, exact
+    y = wt.to(tl.float32) * (tl.load(ws2_ptr + rows) * _NVFP4_DOT_DOWN)[:, None]
+    offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    tl.store(out_ptr + offs_n[:, None] * stride_on + offs_k[None, :], y.to(tl.bfloat16),
+             mask=(offs_n < N)[:, None] & (offs_k < K)[None, :])
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -158,7 +186,15 @@ CONFIGS_nvfp4_gemm = [
         (256, 128, 64, 8, 3), (256, 128, 128, 8, 2),  # BLOCK_M 256: each weight tile dequantized once at M = 256
     ]
 ]
-"""Candidates for nvfp4_gemm_kernel (M >= 64)."""
+CONFIGS_nvfp4_dequant = [
+    {"DEQUANT": True, "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": chunk, "num_warps": 4, "num_stages": 1}
+    for chunk in (1 << 24, 1 << 25)  # weight elements dequantized per cuBLAS call: 32 / 64 MB of bf16
+]
+"""nvfp4 at large M, the other way: nvfp4_dequant_kernel writes CHUNK elements' worth of rows as bf16 into a
+workspace and cuBLAS multiplies them (nvfp4_dequant_linear). Costs 2.56 bytes a weight element of traffic
+(~110 us for the 27B gate_up), so it pays where the GEMM is MMA-bound: M of a few hundred and up."""
+CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_dequant
+"""Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, then the dequantize + cuBLAS configs ("DEQUANT")."""
 CONFIGS_fp8_gemm = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [
@@ -175,6 +211,15 @@ CONFIGS_quantize_rows_fp8 = [{"BLOCK_K": bk, "num_warps": w, "num_stages": 1}
 def grid_gemm(config: dict, M: int, N: int) -> tuple[int, int, int]:
     """Launch grid of nvfp4_gemm_kernel / fp8_gemm_kernel."""
     return (triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"]), 1, 1)
+
+
+def dequant_rows(config: dict, K: int) -> int:
+    """Weight rows a DEQUANT config dequantizes per cuBLAS call: CHUNK / K, a multiple of 16 (at least 16)."""
+    return max(16, config["CHUNK"] // K // 16 * 16)
+
+
+def grid_nvfp4_dequant(config: dict, rows: int, K: int) -> tuple[int, int, int]:
+    return (triton.cdiv(rows, config["BLOCK_N"]), triton.cdiv(K, config["BLOCK_K"]), 1)
 
 
 def grid_quantize_rows_fp8(config: dict, M: int) -> tuple[int, int, int]:
@@ -200,6 +245,17 @@ def signature_nvfp4_gemm(config: dict, N: int, K: int, has_bias: bool = False,
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     return aot_signature(nvfp4_gemm_kernel, types, ints, _gemm_constexprs(config, has_bias, has_residual), config,
                          GEMM_GRID)
+
+
+def signature_nvfp4_dequant(config: dict, N: int, K: int) -> AotSignature:
+    """AotSignature of nvfp4_dequant_kernel for chunks of a contiguous [N, K] weight (N stays a run-time argument:
+    the last chunk is shorter; chunks start at multiples of 16 rows, so N keeps its divisibility)."""
+    types = {"w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
+             "stride_wn": "i32", "stride_sn": "i32", "stride_on": "i32"}
+    ints = {"N": N, "K": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_on": K}
+    return aot_signature(nvfp4_dequant_kernel, types, ints, {"BLOCK_N": config["BLOCK_N"],
+                                                             "BLOCK_K": config["BLOCK_K"]}, config,
+                         ("cdiv(N, BLOCK_N)", "cdiv(K, BLOCK_K)", "1"))
 
 
 def signature_fp8_gemm(config: dict, N: int, K: int, has_bias: bool = False,
@@ -235,10 +291,57 @@ def _epilogue_args(out, bias, residual):
     return (bias if bias is not None else out), res, res.stride(0)
 
 
+def launch_nvfp4_dequant(weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor,
+                         out: torch.Tensor, config: dict) -> torch.Tensor:
+    """out bf16 [n, K] = the nvfp4 rows given (weight u8 [n, K/2], weight_scale [n, K/16], weight_scale_2 [n])."""
+    n, K = weight.shape[0], weight.shape[1] * 2
+    nvfp4_dequant_kernel[grid_nvfp4_dequant(config, n, K)](
+        weight, weight_scale, weight_scale_2, out, n, K, weight.stride(0), weight_scale.stride(0), out.stride(0),
+        BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
+    return out
+
+
+def dequant_matmul(x: torch.Tensor, w_bf16: torch.Tensor, bias: torch.Tensor | None,
+                   residual: torch.Tensor | None, out: torch.Tensor) -> None:
+    """out [M, n] (a column slice is fine) = x @ w_bf16.T (+ bias) (+ residual) by cuBLAS; bias/residual sliced."""
+    if residual is not None:
+        extra = residual if bias is None else residual + bias
+        torch.addmm(extra, x, w_bf16.T, out=out)
+    elif bias is not None:
+        torch.addmm(bias, x, w_bf16.T, out=out)
+    else:
+        torch.mm(x, w_bf16.T, out=out)
+
+
+def nvfp4_dequant_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                         weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
+                         residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                         workspace: torch.Tensor | None = None) -> torch.Tensor:
+    """The DEQUANT way of the nvfp4 linear: per chunk of dequant_rows(config, K) rows, nvfp4_dequant_kernel into a
+    bf16 workspace [rows, K], then cuBLAS into that chunk's output columns."""
+    N, K = weight.shape[0], weight.shape[1] * 2
+    _check(x, torch.bfloat16, K, "x")
+    out = torch.empty(x.shape[0], N, dtype=torch.bfloat16, device=x.device) if out is None else out
+    rows = dequant_rows(config, K)
+    if workspace is None:
+        workspace = torch.empty(min(rows, N), K, dtype=torch.bfloat16, device=x.device)
+    for n0 in range(0, N, rows):
+        n1 = min(N, n0 + rows)
+        wc = launch_nvfp4_dequant(weight[n0:n1], weight_scale[n0:n1], weight_scale_2[n0:n1],
+                                  workspace[: n1 - n0], config)
+        dequant_matmul(x, wc, None if bias is None else bias[n0:n1],
+                       None if residual is None else residual[:, n0:n1], out[:, n0:n1])
+    return out
+
+
 def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; x bf16 [M, K]; W in nvfp4 storage (u8 [N, K/2], ...)."""
+    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; x bf16 [M, K]; W in nvfp4 storage (u8 [N, K/2], ...).
+    A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel."""
+    if config.get("DEQUANT"):
+        return nvfp4_dequant_linear(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     N, K = weight.shape[0], weight.shape[1] * 2
     _check(x, torch.bfloat16, K, "x")
     M = x.shape[0]

@@ -45,6 +45,21 @@ class CudaLinear:
         params = self.kernels.params(name)
         self.kernels.launch(name, None, *(args[p] for p, _ in params))
 
+    def _dequant_linear(self, entry: dict, x: torch.Tensor, out: torch.Tensor) -> None:
+        """Large M: the precompiled nvfp4_dequant_kernel writes `rows` weight rows as bf16 into a workspace, cuBLAS
+        multiplies them into those output columns; chunk by chunk (triton_gemm.nvfp4_dequant_linear's loop)."""
+        from atlas.plugins_trt.quant_linear.triton_gemm import dequant_matmul
+
+        rows = entry["rows"]
+        work = torch.empty(rows, self.k, device=x.device, dtype=torch.bfloat16)
+        for n0 in range(0, self.n, rows):
+            n1 = min(self.n, n0 + rows)
+            self._launch(entry["kernel"], w_ptr=self.weight[n0:n1], ws_ptr=self.weight_scale[n0:n1],
+                         ws2_ptr=self.weight_scale_2[n0:n1], out_ptr=work, N=n1 - n0, K=self.k,
+                         stride_wn=self.weight.stride(0), stride_sn=self.weight_scale.stride(0), stride_on=self.k)
+            dequant_matmul(x, work[: n1 - n0], None if self.bias is None else self.bias[n0:n1], None,
+                           out[:, n0:n1])
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [M, K] bf16 contiguous -> [M, N] bf16."""
         if self.fmt in ("bfloat16", "float32"):
@@ -68,6 +83,8 @@ class CudaLinear:
                              N=self.n, stride_rm=0, stride_om=self.n)
             else:
                 self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
+        elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
+            self._dequant_linear(entry, x, out)
         elif self.fmt == "nvfp4":
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
         else:  # W8A8: quantize activations per row, then the FP8 tensor-core GEMM

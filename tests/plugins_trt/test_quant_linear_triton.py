@@ -297,6 +297,34 @@ def test_gemm_interpreter(fmt, M):
     check_gemm(fmt, M, 104, 80, cfg, seed=M + len(fmt), quant_config={"BLOCK_K": 32, "num_warps": 4, "num_stages": 1})
 
 
+def check_dequant_linear(M, N, K, config, seed, qt=None):
+    """The DEQUANT way (nvfp4_dequant_kernel per chunk of rows + torch.mm) against the fp32 reference, and the
+    dequantized rows themselves against the reference dequantization (one bf16 rounding each)."""
+    g = torch.Generator().manual_seed(seed)
+    qt = to_device(random_weight("nvfp4", N, K, g)) if qt is None else qt
+    x = (torch.randn(M, K, generator=g) * 4).bfloat16().to(DEVICE)
+    bias = torch.randn(N, generator=g).bfloat16().to(DEVICE)
+    residual = torch.randn(M, N, generator=g).bfloat16().to(DEVICE)
+    rows = GM.dequant_rows(config, K)
+    w = torch.full((min(rows, N), K), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    GM.launch_nvfp4_dequant(qt.weight[:rows], qt.weight_scale[:rows], qt.weight_scale_2[:rows], w, config)
+    want_w = qt.dequantize()[:rows].float().to(DEVICE)
+    assert torch.equal(w, want_w.bfloat16()), "dequantized rows are not RN_bf16 of the reference"
+    for b, r in ((bias, residual), (None, None), (bias, None)):
+        got = run_gemm("nvfp4", x, qt, config, b, r, None)
+        want = reference(x, qt, b, r)
+        err = rel(got, want)
+        print(f"nvfp4 dequant+matmul M={M} N={N} K={K} rows/chunk {rows}: rel err {err:.2e}")
+        assert not got.isnan().any() and err < 1e-2
+
+
+@cpu_only
+def test_dequant_linear_interpreter():
+    """Three chunks of 32 rows (the last one partial: N = 80) and a K tail (K = 80, BLOCK_K 64)."""
+    cfg = {**GM.CONFIGS_nvfp4_dequant[0], "BLOCK_N": 16, "BLOCK_K": 64, "CHUNK": 32 * 80}
+    check_dequant_linear(5, 80, 80, cfg, seed=7)
+
+
 def check_quantize_rows(M, K, config, seed):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(M, K, generator=g) * 10 ** torch.randint(-3, 4, (M, 1), generator=g)).bfloat16()
@@ -385,6 +413,8 @@ cases = {  # name: (AotSignature, grid)
     "splitk_reduce": (GV.signature_splitk_reduce(red, 4, N, True, True), GV.grid_splitk_reduce(red, 1, N)),
     "nvfp4_gemm": (GM.signature_nvfp4_gemm(gemm, N, K, True, True), GM.grid_gemm(gemm, 2048, N)),
     "quantize_rows_fp8": (GM.signature_quantize_rows_fp8(quant, K), GM.grid_quantize_rows_fp8(quant, 2048)),
+    "nvfp4_dequant": (GM.signature_nvfp4_dequant(GM.CONFIGS_nvfp4_dequant[0], N, K),
+                      GM.grid_nvfp4_dequant(GM.CONFIGS_nvfp4_dequant[0], 4096, K)),
     "fp8_gemm": (GM.signature_fp8_gemm(fp8_gemm, N, K, True, True), GM.grid_gemm(fp8_gemm, 2048, N)),
 }
 report = {}
@@ -455,6 +485,10 @@ def test_gemm_gpu(fmt, M, shape):
     configs = GM.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else GM.CONFIGS_fp8_gemm
     for i, cfg in enumerate(configs[::3]):
         check_gemm(fmt, M, *shape, cfg, seed=M + i, qt=cached_weight(fmt, *shape))
+    if fmt == "nvfp4":  # the dequantize + cuBLAS way, at several chunks a weight (the last one partial)
+        for i, cfg in enumerate(GM.CONFIGS_nvfp4_dequant):
+            check_dequant_linear(M, *shape, {**cfg, "CHUNK": cfg["CHUNK"] // 8}, seed=M + 50 + i,
+                                 qt=cached_weight(fmt, *shape))
 
 
 @pytest.mark.gpu
