@@ -8,7 +8,9 @@ a heuristic configuration is compiled and the table says `tuned: false`. BF16 li
 The plan the runtime reads (manifest["linear_kernels"]):
     {"nvfp4:6144x4096": {"1": {"kernel": name, "reduce": name | None, "config": {...}, "tuned": bool}, ...,
                          "64": {...}, "256": {...}, "2048": {...}}}
-FP8 GEMM entries also name their activation-quantization kernel ("quant").
+FP8 GEMM entries also name their activation-quantization kernel ("quant"); an fp8 "CUBLAS" entry has no kernel
+(cuBLASLt's FP8 GEMM, torch._scaled_mm), an nvfp4 "DEQUANT" entry names nvfp4_dequant_kernel and the weight rows
+it dequantizes per cuBLAS call ("rows"). Autotuning checks every candidate against the fp32 reference first.
 """
 
 from __future__ import annotations
@@ -64,14 +66,17 @@ def _random_weights(fmt: str, n: int, k: int):
 
 
 def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict:
-    """The fastest candidate on random data of the real shape (median of do_bench, Triton's JIT)."""
+    """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT)."""
     import triton.testing
 
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.plugins_trt.quant_linear.reference import dequantize
 
     qt = _random_weights(fmt, n, k)
     x = torch.randn(bucket, k, device="cuda", dtype=torch.bfloat16)
+    ref = x.float() @ dequantize(fmt, qt.weight, qt.weight_scale, qt.weight_scale_2).T
+    bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
         if bucket in GEMV_BUCKETS:
@@ -81,6 +86,9 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
             fn = (lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)) \
                 if fmt == "nvfp4" else (lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg))
         try:
+            y = fn().float()
+            if not float((y - ref).norm() / ref.norm()) < bound:  # a config that computes wrong here is skipped
+                continue
             t = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
         except Exception:  # a config the chip cannot run is skipped
             continue
@@ -126,7 +134,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 cands = list(gemm.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else gemm.CONFIGS_fp8_gemm)
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             tag = "_".join(f"{v}" for v in cfg.values())
-            item = {"config": cfg, "tuned": tune, "reduce": None, "quant": None}
+            item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}
             if bucket in GEMV_BUCKETS:
                 sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k)
                 item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
@@ -141,8 +149,9 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 item["kernel"] = add(gemm.signature_nvfp4_dequant(cfg, n, k), f"nvfp4_dequant.{n}x{k}.{tag}",
                                      gemm.grid_nvfp4_dequant(cfg, rows, k))
             else:
-                sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
-                item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))
+                if not cfg.get("CUBLAS"):  # fp8 CUBLAS: only the activation quantization is an Atlas kernel
+                    sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
+                    item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))
                 if fmt == "fp8":
                     qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
                     item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",

@@ -6,6 +6,7 @@
                             epilogue applies 2^8 * weight_scale_2[n].
   quantize_rows_fp8_kernel  per-token (row) activation quantization: scale[m] = amax|x[m]| / 448,
                             x_q = e4m3(x / scale) with round-to-nearest-even (saturating).
+  nvfp4_dequant_kernel      nvfp4 rows -> bf16 (for nvfp4_dequant_linear: dequantize a chunk of rows, cuBLAS it; large M).
   fp8_gemm_kernel           W8A8 on the FP8 tensor cores: tl.dot on e4m3 operands, epilogue
                             acc * x_scale[m] * w_scale[n]. Note that this quantizes activations, so it is not the
                             weight-only quant_linear reference: per-token e4m3 rounding costs ~2-3% relative error.
@@ -202,7 +203,11 @@ CONFIGS_fp8_gemm = [
         (128, 128, 128, 8, 3), (128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (128, 256, 64, 8, 4),
     ]
 ]
-"""Candidates for fp8_gemm_kernel (M >= 64)."""
+CONFIGS_fp8_scaled_mm = [{"CUBLAS": True}]
+"""The W8A8 GEMM through cuBLASLt instead (torch._scaled_mm, row-wise scales): quantize_rows_fp8_kernel, then the
+library's FP8 GEMM with x_scale[m] and w_scale[n] applied in its epilogue (needs N and K multiples of 16)."""
+CONFIGS_fp8_gemm += CONFIGS_fp8_scaled_mm
+"""Candidates for fp8 at M >= 64: fp8_gemm_kernel tiles, then cuBLASLt ("CUBLAS")."""
 CONFIGS_quantize_rows_fp8 = [{"BLOCK_K": bk, "num_warps": w, "num_stages": 1}
                              for bk, w in ((1024, 4), (2048, 4), (4096, 8))]
 """Candidates for quantize_rows_fp8_kernel (memory-bound, one row a program)."""
@@ -392,9 +397,28 @@ def launch_fp8_gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tens
     return out
 
 
+def scaled_mm_fp8(x_q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                  bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """y = (x_q * x_scale) @ (W * weight_scale).T (+ bias) (+ residual), bf16, by cuBLASLt (torch._scaled_mm with
+    row-wise scales; W [N, K] row-major is the column-major operand it wants)."""
+    N, K = weight.shape
+    if N % 16 or K % 16:
+        raise ValueError(f"the cuBLASLt FP8 GEMM needs N and K multiples of 16, got {N}x{K}; use fp8_gemm_kernel.")
+    if out is None:
+        out = torch.empty(x_q.shape[0], N, dtype=torch.bfloat16, device=x_q.device)
+    torch._scaled_mm(x_q, weight.t(), scale_a=x_scale[:, None], scale_b=weight_scale[None, :], bias=bias,
+                     out_dtype=torch.bfloat16, out=out)
+    if residual is not None:  # a second rounding; the runtime's linears pass no residual
+        out += residual
+    return out
+
+
 def w8a8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, gemm_config: dict,
                 quant_config: dict = CONFIGS_quantize_rows_fp8[0], bias: torch.Tensor | None = None,
                 residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The FP8 W8A8 linear: quantize_rows_fp8_kernel, then fp8_gemm_kernel."""
+    """The FP8 W8A8 linear: quantize_rows_fp8_kernel, then fp8_gemm_kernel (or cuBLASLt for a "CUBLAS" config)."""
     x_q, x_scale = launch_quantize_rows_fp8(x, quant_config)
+    if gemm_config.get("CUBLAS"):
+        return scaled_mm_fp8(x_q, x_scale, weight, weight_scale, bias, residual, out)
     return launch_fp8_gemm(x_q, x_scale, weight, weight_scale, gemm_config, bias, residual, out)

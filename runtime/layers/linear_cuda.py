@@ -92,5 +92,11 @@ class CudaLinear:
             xs = torch.empty(m, device=x.device, dtype=torch.float32)
             self._launch(entry["quant"], x_ptr=x, xq_ptr=xq, xs_ptr=xs, M=m, K=self.k, stride_xm=x.stride(0),
                          stride_qm=xq.stride(0))
-            self._launch(entry["kernel"], xq_ptr=xq, xs_ptr=xs, out_ptr=out, **{**common, "stride_xm": xq.stride(0)})
+            if entry["config"].get("CUBLAS"):  # cuBLASLt's FP8 GEMM with the row-wise scales
+                from atlas.plugins_trt.quant_linear.triton_gemm import scaled_mm_fp8
+
+                scaled_mm_fp8(xq, xs, self.weight, self.weight_scale, self.bias, None, out)
+            else:
+                self._launch(entry["kernel"], xq_ptr=xq, xs_ptr=xs, out_ptr=out,
+                             **{**common, "stride_xm": xq.stride(0)})
         return out

@@ -248,6 +248,8 @@ def run_gemm(fmt, x, qt, config, bias, residual, quant_config):
     xs = torch.full((M,), float("nan"), device=x.device)
     GM.launch_quantize_rows_fp8(x, quant_config, out=(xq, xs))
     assert not xs.isnan().any() and not xq.float().isnan().any(), "quantized activations not fully written"
+    if config.get("CUBLAS"):
+        return GM.scaled_mm_fp8(xq, xs, qt.weight, qt.weight_scale, bias, residual, out)
     return GM.launch_fp8_gemm(xq, xs, qt.weight, qt.weight_scale, config, bias, residual, out)
 
 
@@ -316,6 +318,19 @@ def check_dequant_linear(M, N, K, config, seed, qt=None):
         err = rel(got, want)
         print(f"nvfp4 dequant+matmul M={M} N={N} K={K} rows/chunk {rows}: rel err {err:.2e}")
         assert not got.isnan().any() and err < 1e-2
+
+
+@cpu_only
+def test_fp8_cublas_gemm_interpreter():
+    """The CUBLAS way of W8A8: the quantization kernel (interpreter), then torch._scaled_mm with row-wise scales;
+    N and K not multiples of 16 are refused with a clear error."""
+    quant = {"BLOCK_K": 32, "num_warps": 4, "num_stages": 1}
+    check_gemm("fp8", 70, 112, 80, GM.CONFIGS_fp8_scaled_mm[0], seed=70, quant_config=quant)
+    g = torch.Generator().manual_seed(1)
+    qt = random_weight("fp8", 104, 80, g)
+    xq, xs = torch.zeros(4, 80).to(torch.float8_e4m3fn), torch.ones(4)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        GM.scaled_mm_fp8(xq, xs, qt.weight, qt.weight_scale)
 
 
 @cpu_only
@@ -485,6 +500,8 @@ def test_gemm_gpu(fmt, M, shape):
     configs = GM.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else GM.CONFIGS_fp8_gemm
     for i, cfg in enumerate(configs[::3]):
         check_gemm(fmt, M, *shape, cfg, seed=M + i, qt=cached_weight(fmt, *shape))
+    if fmt == "fp8" and shape == ALIGNED:  # cuBLASLt (N, K multiples of 16 only)
+        check_gemm(fmt, M, *shape, GM.CONFIGS_fp8_scaled_mm[0], seed=M + 60, qt=cached_weight(fmt, *shape))
     if fmt == "nvfp4":  # the dequantize + cuBLAS way, at several chunks a weight (the last one partial)
         for i, cfg in enumerate(GM.CONFIGS_nvfp4_dequant):
             check_dequant_linear(M, *shape, {**cfg, "CHUNK": cfg["CHUNK"] // 8}, seed=M + 50 + i,

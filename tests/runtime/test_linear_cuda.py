@@ -25,6 +25,41 @@ def cuda_engines(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def library_engines(tmp_path_factory):
+    """nvfp4 and fp8 engines whose GEMM buckets (M > 16) all take the library ways: dequantize + cuBLAS for nvfp4
+    ("DEQUANT"), cuBLASLt's FP8 GEMM for fp8 ("CUBLAS"): the only GEMM candidates while they are built."""
+    from atlas.plugins_trt.quant_linear import triton_gemm as GM
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(GM, "CONFIGS_nvfp4_gemm", list(GM.CONFIGS_nvfp4_dequant))
+    mp.setattr(GM, "CONFIGS_fp8_gemm", list(GM.CONFIGS_fp8_scaled_mm))
+    try:
+        return {fmt: build(BuildConfig("synthetic:tiny-qwen3.5-vl", tmp_path_factory.mktemp(f"lib-{fmt}") / "e",
+                                       dtype=fmt, device="cuda", autotune=False, progress=False))
+                for fmt in ("nvfp4", "fp8")}
+    finally:
+        mp.undo()
+
+
+def test_library_ways_in_the_plan(library_engines):
+    """DEQUANT entries name the compiled nvfp4_dequant_kernel and its rows per call; CUBLAS entries only the
+    activation quantization."""
+    for fmt, result in library_engines.items():
+        table = result.manifest["kernels"]["kernels"]
+        for key, entry in result.manifest["linear_kernels"].items():
+            if not key.startswith(fmt):
+                continue
+            for bucket in ("64", "256", "2048"):
+                item = entry[bucket]
+                if fmt == "nvfp4":  # rows: a multiple of 16, or the whole weight in one call
+                    n = int(key.split(":")[1].split("x")[0])
+                    assert item["config"]["DEQUANT"] and item["kernel"] in table
+                    assert item["rows"] == n or (item["rows"] % 16 == 0 and item["rows"] < n)
+                else:
+                    assert item["config"]["CUBLAS"] and item["kernel"] is None and item["quant"] in table
+
+
 def test_cuda_build_compiles_every_kernel(cuda_engines):
     """Works without a GPU too: kernels compile for sm_90 on the CPU (heuristic configs, tuned: false)."""
     for result in cuda_engines.values():
@@ -55,12 +90,22 @@ def test_cuda_engine_refused_by_the_cpu_runtime(cuda_engines):
 @pytest.mark.parametrize("name", list(FORMATS))
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 16, 17, 64, 200, 256, 300, 2048])
 def test_cuda_linear_matches_reference(name, m, cuda_engines):
+    check_engine_linears(cuda_engines[name], m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
+@pytest.mark.parametrize("m", [17, 64, 300, 2048])
+def test_cuda_linear_library_ways_match_reference(fmt, m, library_engines):
+    check_engine_linears(library_engines[fmt], m)
+
+
+def check_engine_linears(result, m):
+    """Every nvfp4 / fp8 linear of the engine through CudaLinear at M = m against the fp32 reference."""
     from atlas.plugins_trt.quant_linear.reference import dequantize
     from atlas.runtime.kernels import KernelTable
     from atlas.runtime.layers.linear_cuda import CudaLinear
-    from atlas.runtime.layout import canonical_shapes  # noqa: F401  (import check)
 
-    result = cuda_engines[name]
     m_ = result.manifest
     table = KernelTable.load(result.path, m_["kernels"])
     stored = {}
