@@ -130,8 +130,9 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             if bucket in GEMV_BUCKETS:
                 configs = gemv.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else gemv.CONFIGS_fp8_gemv
                 cands = gemv_candidates(configs, bucket, n, candidates_per_bucket)
-            else:
-                cands = list(gemm.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else gemm.CONFIGS_fp8_gemm)
+            else:  # cuBLASLt's FP8 GEMM takes N and K multiples of 16 only
+                cands = [c for c in (gemm.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else gemm.CONFIGS_fp8_gemm)
+                         if not (c.get("CUBLAS") and (n % 16 or k % 16))]
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             tag = "_".join(f"{v}" for v in cfg.values())
             item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}

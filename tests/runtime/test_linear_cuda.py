@@ -27,13 +27,14 @@ def cuda_engines(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def library_engines(tmp_path_factory):
-    """nvfp4 and fp8 engines whose GEMM buckets (M > 16) all take the library ways: dequantize + cuBLAS for nvfp4
-    ("DEQUANT"), cuBLASLt's FP8 GEMM for fp8 ("CUBLAS"): the only GEMM candidates while they are built."""
+    """nvfp4 and fp8 engines whose GEMM buckets (M > 16) take the library ways: dequantize + cuBLAS for nvfp4
+    ("DEQUANT", the only candidate while they are built), cuBLASLt's FP8 GEMM for fp8 ("CUBLAS", the first one;
+    weights with N or K not a multiple of 16 fall back to an fp8_gemm_kernel tile)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as GM
 
     mp = pytest.MonkeyPatch()
     mp.setattr(GM, "CONFIGS_nvfp4_gemm", list(GM.CONFIGS_nvfp4_dequant))
-    mp.setattr(GM, "CONFIGS_fp8_gemm", list(GM.CONFIGS_fp8_scaled_mm))
+    mp.setattr(GM, "CONFIGS_fp8_gemm", GM.CONFIGS_fp8_scaled_mm + GM.CONFIGS_fp8_gemm)  # a tile where N % 16
     try:
         return {fmt: build(BuildConfig("synthetic:tiny-qwen3.5-vl", tmp_path_factory.mktemp(f"lib-{fmt}") / "e",
                                        dtype=fmt, device="cuda", autotune=False, progress=False))
@@ -56,8 +57,10 @@ def test_library_ways_in_the_plan(library_engines):
                     n = int(key.split(":")[1].split("x")[0])
                     assert item["config"]["DEQUANT"] and item["kernel"] in table
                     assert item["rows"] == n or (item["rows"] % 16 == 0 and item["rows"] < n)
+                elif all(int(d) % 16 == 0 for d in key.split(":")[1].split("x")):
+                    assert item["config"].get("CUBLAS") and item["kernel"] is None and item["quant"] in table
                 else:
-                    assert item["config"]["CUBLAS"] and item["kernel"] is None and item["quant"] in table
+                    assert not item["config"].get("CUBLAS") and item["kernel"] in table
 
 
 def test_cuda_build_compiles_every_kernel(cuda_engines):
