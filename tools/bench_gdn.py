@@ -134,9 +134,18 @@ def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | Non
                          cu_seqlens_host=[0, T], out=o, work=work, **cfg)
 
     atlas()  # fills `work` with every buffer it needs, outside the capture
+    work_split = chunk_plan([0, T], DEVICE)
+
+    def atlas_split():  # stage 1 as two launches (X, then w and u): timed beside the default, not the default
+        launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y)
+        launch_chunk_gdn(y[:, :H], y[:, H:2 * H], y[:, 2 * H:], a, b, L.A_log, L.dt_bias, state, slots, cu,
+                         cu_seqlens_host=[0, T], out=o, work=work_split, split_wy=True, **cfg)
+
+    atlas_split()
 
     row = {"kind": "prefill", "T": T, "B": 1}
     timed(row, "atlas", [atlas], repeats)
+    timed(row, "atlas_split_wy", [atlas_split], repeats)
     nbytes = T * (L.C + 2 * L.HV + L.HV * L.D) * 2 + 2 * L.state_bytes
     if fla is not None:
         cache = L.rand(1, L.C, KW)
@@ -152,6 +161,7 @@ def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | Non
             h0.copy_(ht)
 
         timed(row, "fla", [peer], repeats)
+        row["speedup_split_wy_vs_fla"] = row["fla_us"] / row["atlas_split_wy_us"]
     return finish(row, nbytes, bw)
 
 
@@ -322,11 +332,17 @@ def stages(T: int, repeats: int) -> list[dict]:
         print(f"stage T{T} {name:24s} {row['t_us']:9.1f} us", flush=True)
 
     add("conv", lambda: launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y))
+    X = torch.empty(T, HV, 64, dtype=q.dtype, device=DEVICE)
     for nw in (1, 2, 4, 8):
-        add(f"wy num_warps={nw}", lambda nw=nw: tc.chunk_wy_kernel[(NT, HV)](
-            q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu, W["chunks"],
-            W["w"], W["u"], W["G"], W["RQ"], W["RK"], HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16, DOT_PREC="tf32",
-            num_warps=nw))
+        for store_x in (False, True):  # the fused stage 1, and the first launch of the split one
+            add(f"wy{' X' if store_x else ''} num_warps={nw}", lambda nw=nw, sx=store_x: tc.chunk_wy_kernel[(NT, HV)](
+                q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu,
+                W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"], X, HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16,
+                DOT_PREC="tf32", STORE_X=sx, num_warps=nw))
+    for nw in (4, 8):  # the split stage 1's second launch
+        add(f"wu num_warps={nw}", lambda nw=nw: tc.chunk_wu_kernel[(NT, HV)](
+            k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu, W["chunks"], X, W["G"],
+            W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=D, DV=D, BT=64, DOT_PREC="tf32", num_warps=nw))
     for bv, nw in ((16, 2), (16, 4), (32, 4), (64, 4)):  # one sequence: BV 32 gives 192 programs, BV 16 384
         add(f"state BV={bv} num_warps={nw}", lambda bv=bv, nw=nw: tc.chunk_state_kernel[(D // bv, HV, 1)](
             k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state, W["H"], W["dv"],

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
-from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wy_kernel
+from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
 
 CHUNK = 64
 
@@ -130,7 +130,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      cu_seqlens: torch.Tensor, cu_seqlens_host: list[int] | None = None,
                      snapshot_every: int = 0, snapshots: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
-                     BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2):
+                     BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2,
+                     split_wy: bool = False, wu_warps: int = 4):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
     q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
@@ -141,6 +142,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan`; "w", "u",
     "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
     three stages (stage 1 at 2 warps was the fastest of 1/2/4/8 on the H200: 2.3 ms at 32768 tokens).
+    split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
+    chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused stage 1.
     Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
     """
     total_T = q.shape[0]
@@ -160,6 +163,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     shapes = {"w": ((total_T, HV, DK), dt), "u": ((total_T, HV, DV), dt), "G": ((total_T, HV), torch.float32),
               "RQ": ((total_T, HK), torch.float32), "RK": ((total_T, HK), torch.float32),
               "H": ((NT, HV, DK, DV), dt), "dv": ((total_T, HV, DV), dt)}
+    if split_wy:
+        shapes["X"] = ((total_T, HV, CHUNK), dt)
     for name, (shape, dtype) in shapes.items():
         if name not in work:
             work[name] = torch.empty(shape, dtype=dtype, device=dev)
@@ -177,8 +182,12 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     W = work
     chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias,
                               cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
-                              HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, num_warps=num_warps[0],
-                              DOT_PREC=prec)
+                              W["X"] if split_wy else W["G"], HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK,
+                              BC=CHUNK // 4, num_warps=num_warps[0], DOT_PREC=prec, STORE_X=split_wy)
+    if split_wy:
+        chunk_wu_kernel[(NT, HV)](k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens,
+                                  W["chunks"], W["X"], W["G"], W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=DK, DV=DV,
+                                  BT=CHUNK, DOT_PREC=prec, num_warps=wu_warps)
     BV = BV or pick_bv(N, HV, DV)
     chunk_state_kernel[(DV // BV, HV, N)](k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu_seqlens, slots,
                                           W["chunk_first"], state, W["H"], W["dv"],
@@ -200,14 +209,26 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
 
 
 def signature_chunk_wy(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 2, num_stages: int = 3,
-                       act: str = "*bf16", dot_prec: str = "tf32"):
+                       act: str = "*bf16", dot_prec: str = "tf32", store_x: bool = False):
     from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
-                 dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, DOT_PREC=dot_prec)
+                 dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F, X=P)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, DOT_PREC=dot_prec, STORE_X=store_x)
     return aot_signature_of(chunk_wy_kernel, types, const, num_warps, num_stages, unaligned=("k", "v", "a", "b"))
+
+
+def signature_chunk_wu(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 4, num_stages: int = 2,
+                       act: str = "*bf16", dot_prec: str = "tf32"):
+    """chunk_wu_kernel, the second launch of the split stage 1 (after signature_chunk_wy(..., store_x=True))."""
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, I, i32 = act, "*fp32", "*i32", "i32"
+    types = dict(k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I,
+                 chunks=I, X=P, G=F, RK=F, w=P, u=P)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, DOT_PREC=dot_prec)
+    return aot_signature_of(chunk_wu_kernel, types, const, num_warps, num_stages, unaligned=("k", "v", "a", "b"))
 
 
 def signature_chunk_state(HK: int, HV: int, DK: int, DV: int, *, BV: int, snapshot: bool = False,

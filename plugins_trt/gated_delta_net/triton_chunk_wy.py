@@ -16,7 +16,10 @@ with the state.
 
 X by blocks of BC = 16: the four diagonal blocks (I + A_ii)^{-1} by forward substitution (interleaved
 in one loop of 16 rows), the off-diagonal blocks by X_ij = -X_ii · sum_{m=j}^{i-1} A_im X_mj.
-One program per (chunk, value head); everything stays in registers.
+One program per (chunk, value head); everything stays in registers. Split form (STORE_X): this kernel writes X
+instead (rows of [BT, BT], zeros above the diagonal) and chunk_wu_kernel makes w and u with one [BT, BT] x [BT, D]
+dot each, so that neither launch holds X and the right-hand sides at once (same values: X and the right-hand sides
+are rounded to the input dtype before the products either way).
 """
 
 import triton
@@ -90,9 +93,11 @@ def chunk_wy_kernel(
     u,                    # [total_T, HV, DV] out
     G,                    # fp32 [total_T, HV] out: chunk-local cumulative log2 decay
     RQ, RK,               # fp32 [total_T, HK] out: 1/(||q||·sqrt(DK)) and 1/||k|| per token and key head
+    X,                    # [total_T, HV, BT] out with STORE_X (dtype of w): row t holds X[t - chunk start, :]
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr,  # chunk (64) and sub-block (16): BT == 4 * BC
     DOT_PREC: tl.constexpr,              # "tf32" (bf16 operands ignore it) or "ieee" for fp32 activations
+    STORE_X: tl.constexpr = False,       # write X = (I + A)^{-1} instead of w and u (chunk_wu_kernel makes them)
 ):
     """Grid (NT, HV)."""
     tl.static_assert(BT == 4 * BC, "the block solve is written for four sub-blocks")
@@ -175,6 +180,44 @@ def chunk_wy_kernel(
     X31 = -_mm(X33, _mm(A31, X11) + _mm(A32, X21))
     X30 = -_mm(X33, _mm(A30, X00) + _mm(A31, X10) + _mm(A32, X20))
 
+    if STORE_X:  # in the order the blocks were made; zeros above the diagonal blocks
+        xd = X.dtype.element_ty
+        zero = (eye * 0.0).to(xd)
+        _store_x_block(X, R0, m0, h, HV, BT, BC, 0, X00.to(xd))
+        _store_x_block(X, R1, m1, h, HV, BT, BC, 1, X11.to(xd))
+        _store_x_block(X, R2, m2, h, HV, BT, BC, 2, X22.to(xd))
+        _store_x_block(X, R3, m3, h, HV, BT, BC, 3, X33.to(xd))
+        _store_x_block(X, R1, m1, h, HV, BT, BC, 0, X10.to(xd))
+        _store_x_block(X, R2, m2, h, HV, BT, BC, 1, X21.to(xd))
+        _store_x_block(X, R2, m2, h, HV, BT, BC, 0, X20.to(xd))
+        _store_x_block(X, R3, m3, h, HV, BT, BC, 2, X32.to(xd))
+        _store_x_block(X, R3, m3, h, HV, BT, BC, 1, X31.to(xd))
+        _store_x_block(X, R3, m3, h, HV, BT, BC, 0, X30.to(xd))
+        for j in range(1, 4):
+            _store_x_block(X, R0, m0, h, HV, BT, BC, j, zero)
+        for j in range(2, 4):
+            _store_x_block(X, R1, m1, h, HV, BT, BC, j, zero)
+        _store_x_block(X, R2, m2, h, HV, BT, BC, 3, zero)
+    else:
+        _wu_from_blocks(k, stride_k, v, stride_v, w, u, h, kh, HV, DK, DV, DOT_PREC, R0, R1, R2, R3,
+                        m0, m1, m2, m3, kr0, kr1, kr2, kr3, s0, s1, s2, s3, G0, G1, G2, G3, be0, be1, be2, be3,
+                        X00, X11, X22, X33, X10, X20, X21, X30, X31, X32)
+
+
+@triton.jit
+def _store_x_block(X, rows, valid, h, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, j, x):
+    """X[rows, h, j·BC : (j+1)·BC] <- x [BC, BC] for the valid rows."""
+    p = X + rows[:, None] * (HV * BT) + h * BT + j * BC + tl.arange(0, BC)[None, :]
+    tl.store(p, x.to(X.dtype.element_ty), mask=valid[:, None])
+
+
+@triton.jit
+def _wu_from_blocks(k, stride_k, v, stride_v, w, u, h, kh, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                    DOT_PREC: tl.constexpr, R0, R1, R2, R3, m0, m1, m2, m3, kr0, kr1, kr2, kr3,
+                    s0, s1, s2, s3, G0, G1, G2, G3, be0, be1, be2, be3,
+                    X00, X11, X22, X33, X10, X20, X21, X30, X31, X32):
+    """w and u of the chunk from the blocks of X (the fused kernel's second half)."""
+    dt = k.dtype.element_ty
     # Right-hand sides: beta·exp(G)·k̂ and beta·v, per sub-block, in the input dtype for the dots.
     rk0 = (kr0.to(tl.float32) * (s0 * tl.exp2(G0))[:, None]).to(dt)
     rk1 = (kr1.to(tl.float32) * (s1 * tl.exp2(G1))[:, None]).to(dt)
@@ -201,3 +244,44 @@ def chunk_wy_kernel(
                 _dot(x20, rv0, DOT_PREC) + _dot(x21, rv1, DOT_PREC) + _dot(x22, rv2, DOT_PREC))
     _store_rows(u_out, R3, HV * DV, m3, _dot(x30, rv0, DOT_PREC) + _dot(x31, rv1, DOT_PREC)
                 + _dot(x32, rv2, DOT_PREC) + _dot(x33, rv3, DOT_PREC))
+
+
+@triton.jit
+def chunk_wu_kernel(
+    k, stride_k,          # [total_T, HK*DK] keys after the conv (raw)
+    v, stride_v,          # [total_T, HV*DV] values after the conv
+    a, b, stride_ab,      # [total_T, HV] raw gate inputs
+    A_log, dt_bias,       # [HV]
+    cu_seqlens, chunks,   # as for chunk_wy_kernel
+    X,                    # [total_T, HV, BT] from chunk_wy_kernel with STORE_X
+    G, RK,                # fp32 [total_T, HV] and [total_T, HK] from chunk_wy_kernel
+    w, u,                 # out: [total_T, HV, DK] and [total_T, HV, DV]
+    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """Stage 1b of the split form: w = X · (beta·exp(G)·k̂) and u = X · (beta·v) for one chunk of one value head,
+    each one [BT, BT] x [BT, D] dot. Grid (NT, HV)."""
+    i, h = tl.program_id(0), tl.program_id(1)
+    seq = tl.load(chunks + 2 * i)
+    c = tl.load(chunks + 2 * i + 1)
+    bos = tl.load(cu_seqlens + seq).to(tl.int64)
+    L = tl.load(cu_seqlens + seq + 1) - bos - c * BT
+    r0 = bos + c * BT
+    kh = h // (HV // HK)
+    neg_A = -tl.exp(tl.load(A_log + h).to(tl.float32))
+    dtb = tl.load(dt_bias + h).to(tl.float32)
+    ot = tl.arange(0, BT)
+    valid = ot < L
+    rows = r0 + ot
+    dt = k.dtype.element_ty
+    _, beta = _block_gates(a, b, stride_ab, rows, valid, h, neg_A, dtb)
+    Gr = tl.load(G + rows * HV + h, mask=valid, other=0.0)
+    rk = tl.load(RK + rows * HK + kh, mask=valid, other=0.0)
+    x = tl.load(X + rows[:, None] * (HV * BT) + h * BT + ot[None, :], mask=valid[:, None] & valid[None, :],
+                other=0.0)
+    kr = _load_rows(k, rows, stride_k, kh * DK, valid, DK)
+    rhs_k = (kr.to(tl.float32) * (beta * rk * tl.exp2(Gr))[:, None]).to(dt)
+    _store_rows(w + h * DK + tl.arange(0, DK)[None, :], rows, HV * DK, valid, _dot(x, rhs_k, DOT_PREC))
+    vr = _load_rows(v, rows, stride_v, h * DV, valid, DV)
+    rhs_v = (vr.to(tl.float32) * beta[:, None]).to(dt)
+    _store_rows(u + h * DV + tl.arange(0, DV)[None, :], rows, HV * DV, valid, _dot(x, rhs_v, DOT_PREC))

@@ -380,6 +380,28 @@ def test_chunked_prefill_matches_reference(dims, lens):
     assert torch.equal(state[others], s.state[others])
 
 
+@pytest.mark.parametrize("dims", SHAPES, ids=SHAPE_IDS)
+def test_chunked_prefill_split_stage1_matches_fused(dims):
+    """Stage 1 as two launches (X, then w and u) gives the fused stage 1's outputs, state and snapshots."""
+    s = Shape(*dims, seed=9)
+    lens = [70, 5]
+    cu = cu_of(lens)
+    TT = cu[-1]
+    qkv, ab = s.rand(TT, s.C), s.rand(TT, 2 * s.HV)
+    q, k, v = qkv[:, :s.HK * s.DK], qkv[:, s.HK * s.DK:2 * s.HK * s.DK], qkv[:, 2 * s.HK * s.DK:]
+    a, b = ab[:, :s.HV], ab[:, s.HV:]
+    slots = torch.tensor([3, 6], dtype=torch.int32, device=DEV)
+    outs = []
+    for split in (False, True):
+        state, work = s.state.clone(), {}
+        o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
+                                torch.tensor(cu, dtype=torch.int32, device=DEV), cu_seqlens_host=cu,
+                                out=poison(TT, s.HV, s.DV), BV=16, work=work, split_wy=split)
+        outs.append((o, state, work["w"], work["u"]))
+    for name, x, y in zip(("o", "state", "w", "u"), outs[0], outs[1]):
+        report(f"split stage 1 vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
+
+
 def test_strong_decay_stays_finite_and_exact():
     """Large |g| (cumulative decay far below fp32's range inside a chunk) must not overflow exp2."""
     s = Shape(2, 4, 16, 32, seed=7)
@@ -434,7 +456,7 @@ def _aot_cases():
     from atlas.plugins_trt.causal_conv1d import triton_conv as tc
     from atlas.plugins_trt.gated_delta_net.triton_chunk import chunk_state_kernel
     from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
-    from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wy_kernel
+    from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
     from atlas.plugins_trt.gated_delta_net.triton_recurrent import gdn_recurrent_kernel
     from atlas.plugins_trt.gated_delta_net.triton_verify import gdn_commit_kernel
     P, F, I, i32 = "*bf16", "*fp32", "*i32", "i32"
@@ -457,8 +479,14 @@ def _aot_cases():
         "commit": (gdn_commit_kernel, dict(state=F, slots=I, accepted=I, steps=F, window=P, keep_x=P, T=i32),
                    dict(dims, KW=4, WP=4, BV=64)),
         "chunk_wy": (chunk_wy_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P,
-                     stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F),
-                     dict(dims, BT=64, BC=16, DOT_PREC="tf32")),
+                     stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F, X=P),
+                     dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=False)),
+        "chunk_wy_x": (chunk_wy_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P,
+                       stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F, X=P),
+                       dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=True)),
+        "chunk_wu": (chunk_wu_kernel, dict(k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
+                     dt_bias=F, cu_seqlens=I, chunks=I, X=P, G=F, RK=F, w=P, u=P),
+                     dict(dims, BT=64, DOT_PREC="tf32")),
         "chunk_state": (chunk_state_kernel, dict(k=P, stride_k=i32, w=P, u=P, G=F, RK=F, cu_seqlens=I, slots=I,
                         chunk_first=I, state=F, H=P, dv=P, snaps=F, snap_first=I, snap_every=i32),
                         dict(dims, BT=64, BV=32, SNAPSHOT=True, DOT_PREC="tf32")),
@@ -482,7 +510,7 @@ def _compile_all():
         attrs = {(index[p],): [["tt.divisibility", 16]] for p in sig if sig[p].startswith("*") or "stride" in p}
         compiled = triton.compile(ASTSource(fn=fn, signature=full, constexprs=const, attrs=attrs),
                                   target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": 2 if name == "chunk_wy" else 4, "num_stages": 2})
+                                  options={"num_warps": 2 if name.startswith("chunk_wy") else 4, "num_stages": 2})
         usage = ""
         if os.path.exists(cuobjdump):
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -528,8 +556,9 @@ def _fla_kwargs(s: Shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split_wy", [False, True], ids=["fused-stage1", "split-stage1"])
 @pytest.mark.parametrize("model", list(MODELS))
-def test_gpu_chunked_prefill_real_shapes(model):
+def test_gpu_chunked_prefill_real_shapes(model, split_wy):
     HK, HV, D = MODELS[model]
     s = Shape(HK, HV, D, D, dtype=torch.bfloat16, seed=11, slots=4)
     lens = [1000, 64, 333]
@@ -543,7 +572,7 @@ def test_gpu_chunked_prefill_real_shapes(model):
     state = s.state.clone()
     cu_t = torch.tensor(cu, dtype=torch.int32, device=DEV)
     o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots, cu_t, cu_seqlens_host=cu,
-                            out=poison(TT, HV, D, dtype=torch.bfloat16))
+                            out=poison(TT, HV, D, dtype=torch.bfloat16), split_wy=split_wy)
     fla = _fla()
     if fla is not None:
         o_f, ht_f = fla[0](q.reshape(1, TT, HK, D), k.reshape(1, TT, HK, D), v.reshape(1, TT, HV, D),
