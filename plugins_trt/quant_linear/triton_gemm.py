@@ -25,9 +25,11 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.quant_linear.triton_gemv import (
-    AotSignature, _epilogue_store, _nvfp4_dot_step, aot_signature, nvfp4_tile_bf16)
+    AotSignature, _epilogue_store, _nvfp4_dot_step, aot_signature, e2m1_nibble_f32, nvfp4_tile_bf16)
 
 _NVFP4_DOT_DOWN = tl.constexpr(2.0 ** 8)
+_S_PACK_UP = tl.constexpr(2.0 ** 100)  # nvfp4_dequant_kernel, PACK: E2M1 * 2^-126 * scale * 2^100 is exact
+_S_PACK_DOWN = tl.constexpr(2.0 ** 26)
 FP8_MAX = tl.constexpr(448.0)
 
 
@@ -82,13 +84,25 @@ def nvfp4_gemm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
 
 
 @triton.jit
+def _bf16_pair(lo, hi):
+    """Two fp32 tensors -> int32 holding RN_bf16(lo) in the low and RN_bf16(hi) in the high half."""
+    lo16 = lo.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    hi16 = hi.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32)
+    return lo16 | (hi16 << 16)
+
+
+@triton.jit
 def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PACK: tl.constexpr = False,
+                         EVEN_K: tl.constexpr = False):
     """Rows [0, N) of an nvfp4 weight to bf16: out[n, k] = RN_bf16(E2M1 * block scale * weight_scale_2[n]).
     Grid (cdiv(N, BLOCK_N), cdiv(K, BLOCK_K), 1); the pointers may start at any 16-row offset of the weight.
 
     w_ptr *u8 [N, K/2], ws_ptr *fp8e4nv [N, K/16], ws2_ptr *fp32 [N], out_ptr *bf16 [N, K] (row stride stride_on).
-    E2M1 * block scale is exact in bf16; the one rounding is the weight_scale_2 product.
+    E2M1 * block scale is exact in fp32 and bf16; the one rounding is the weight_scale_2 product (then bf16).
+    PACK: decode in the words' own layout and store each word's 8 values as 4 bf16 pairs (16 bytes, no
+    shared-memory exchange); otherwise the tile goes through nvfp4_tile_bf16 and a join / reshape.
+    EVEN_K (K % BLOCK_K == 0): no masks along K, so the weight words load 16 bytes at a time.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -98,15 +112,39 @@ def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, strid
     rows = tl.minimum(offs_n, N - 1)
     offs_j = pid_k * KW + tl.arange(0, KW)
     offs_g = pid_k * KG + tl.max_contiguous(tl.arange(0, KG), 2)
-    w = tl.load((w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + offs_j[None, :],
-                mask=(offs_j < K // 8)[None, :], other=0)
-    sg = tl.load(ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn + offs_g[None, :],
-                 mask=(offs_g < K // 16)[None, :], other=0)
-    wt = nvfp4_tile_bf16(w, sg.to(tl.float8e4nv, bitcast=True).to(tl.float32))  # E2M1 * scale * 2^-8, exact
-    y = wt.to(tl.float32) * (tl.load(ws2_ptr + rows) * _NVFP4_DOT_DOWN)[:, None]
-    offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    tl.store(out_ptr + offs_n[:, None] * stride_on + offs_k[None, :], y.to(tl.bfloat16),
-             mask=(offs_n < N)[:, None] & (offs_k < K)[None, :])
+    w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + offs_j[None, :]
+    s_rows = ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn + offs_g[None, :]
+    if EVEN_K:
+        w = tl.load(w_rows)
+        sg = tl.load(s_rows)
+    else:
+        w = tl.load(w_rows, mask=(offs_j < K // 8)[None, :], other=0)
+        sg = tl.load(s_rows, mask=(offs_g < K // 16)[None, :], other=0)
+    sg = sg.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    row_ok = (offs_n < N)[:, None]
+    if PACK:
+        # e2m1_nibble_f32 = E2M1 * 2^-126; times scale * 2^100 stays exact (at most 6 significant bits, above fp32's
+        # denormal floor); times weight_scale_2 * 2^26 is the one rounding.
+        sw = tl.reshape(tl.join(sg, sg), [BLOCK_N, KW]) * _S_PACK_UP
+        s2 = (tl.load(ws2_ptr + rows) * _S_PACK_DOWN)[:, None]
+        p0 = _bf16_pair(e2m1_nibble_f32(w, 0) * sw * s2, e2m1_nibble_f32(w, 1) * sw * s2)
+        p1 = _bf16_pair(e2m1_nibble_f32(w, 2) * sw * s2, e2m1_nibble_f32(w, 3) * sw * s2)
+        p2 = _bf16_pair(e2m1_nibble_f32(w, 4) * sw * s2, e2m1_nibble_f32(w, 5) * sw * s2)
+        p3 = _bf16_pair(e2m1_nibble_f32(w, 6) * sw * s2, e2m1_nibble_f32(w, 7) * sw * s2)
+        # join adds a last axis, the outer join fastest: [.., j, i] holds pair 2j + i
+        pairs = tl.reshape(tl.join(tl.join(p0, p2), tl.join(p1, p3)), [BLOCK_N, 4 * KW])
+        offs_p = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+        out32 = out_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_on // 2) + offs_p[None, :]
+        if EVEN_K:
+            tl.store(out32, pairs, mask=row_ok)
+        else:
+            tl.store(out32, pairs, mask=row_ok & (offs_p < K // 2)[None, :])
+    else:
+        wt = nvfp4_tile_bf16(w, sg)  # E2M1 * scale * 2^-8, exact
+        y = wt.to(tl.float32) * (tl.load(ws2_ptr + rows) * _NVFP4_DOT_DOWN)[:, None]
+        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        tl.store(out_ptr + offs_n[:, None] * stride_on + offs_k[None, :], y.to(tl.bfloat16),
+                 mask=row_ok & (offs_k < K)[None, :])
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -190,7 +228,8 @@ CONFIGS_nvfp4_gemm = [
 CONFIGS_nvfp4_dequant = [
     {"DEQUANT": True, "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": chunk, "num_warps": 4, "num_stages": 1}
     for chunk in (1 << 24, 1 << 25)  # weight elements dequantized per cuBLAS call: 32 / 64 MB of bf16
-]
+] + [{"DEQUANT": True, "PACK": True, "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": 1 << 24, "num_warps": 4,
+      "num_stages": 1}]
 """nvfp4 at large M, the other way: nvfp4_dequant_kernel writes CHUNK elements' worth of rows as bf16 into a
 workspace and cuBLAS multiplies them (nvfp4_dequant_linear). Costs 2.56 bytes a weight element of traffic
 (~110 us for the 27B gate_up), so it pays where the GEMM is MMA-bound: M of a few hundred and up."""
@@ -258,9 +297,13 @@ def signature_nvfp4_dequant(config: dict, N: int, K: int) -> AotSignature:
     types = {"w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_on": "i32"}
     ints = {"N": N, "K": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_on": K}
-    return aot_signature(nvfp4_dequant_kernel, types, ints, {"BLOCK_N": config["BLOCK_N"],
-                                                             "BLOCK_K": config["BLOCK_K"]}, config,
+    return aot_signature(nvfp4_dequant_kernel, types, ints, _dequant_constexprs(config, K), config,
                          ("cdiv(N, BLOCK_N)", "cdiv(K, BLOCK_K)", "1"))
+
+
+def _dequant_constexprs(config: dict, K: int) -> dict:
+    return {"BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"], "PACK": config.get("PACK", False),
+            "EVEN_K": K % config["BLOCK_K"] == 0}
 
 
 def signature_fp8_gemm(config: dict, N: int, K: int, has_bias: bool = False,
@@ -302,8 +345,7 @@ def launch_nvfp4_dequant(weight: torch.Tensor, weight_scale: torch.Tensor, weigh
     n, K = weight.shape[0], weight.shape[1] * 2
     nvfp4_dequant_kernel[grid_nvfp4_dequant(config, n, K)](
         weight, weight_scale, weight_scale_2, out, n, K, weight.stride(0), weight_scale.stride(0), out.stride(0),
-        BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], num_warps=config["num_warps"],
-        num_stages=config["num_stages"])
+        **_dequant_constexprs(config, K), num_warps=config["num_warps"], num_stages=config["num_stages"])
     return out
 
 

@@ -334,10 +334,12 @@ def test_fp8_cublas_gemm_interpreter():
 
 
 @cpu_only
-def test_dequant_linear_interpreter():
-    """Three chunks of 32 rows (the last one partial: N = 80) and a K tail (K = 80, BLOCK_K 64)."""
-    cfg = {**GM.CONFIGS_nvfp4_dequant[0], "BLOCK_N": 16, "BLOCK_K": 64, "CHUNK": 32 * 80}
-    check_dequant_linear(5, 80, 80, cfg, seed=7)
+@pytest.mark.parametrize("pack", [False, True], ids=["tile", "pack"])
+@pytest.mark.parametrize("K", [80, 128], ids=["K-tail", "K-even"])
+def test_dequant_linear_interpreter(K, pack):
+    """Chunks of 32 rows (the last one partial: N = 80), K with and without a tail (BLOCK_K 64)."""
+    cfg = {**GM.CONFIGS_nvfp4_dequant[0], "BLOCK_N": 16, "BLOCK_K": 64, "CHUNK": 32 * K, "PACK": pack}
+    check_dequant_linear(5, 80, K, cfg, seed=7 + K)
 
 
 def check_quantize_rows(M, K, config, seed):
