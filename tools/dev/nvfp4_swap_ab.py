@@ -8,7 +8,9 @@ shipped kernels and cuBLAS BF16.
 
     python -m atlas.tools.dev.nvfp4_swap_ab      # GPU box; writes $OUT/nvfp4_swap_ab.json
 
-Outcome (H200, 2026-12-03): tools/results/nvfp4_swap_ab.json and quant_linear NOTES.md section 4.
+Outcome (H200, 2026-12-03): tools/results/nvfp4_swap_ab.json and quant_linear NOTES.md section 4: swap-AB is
+faster and intermittently wrong, a race on the register A operand across K steps. DRAIN (added after that run,
+not timed yet) makes each step wait for its wgmma before the next step's dequantization overwrites the registers.
 """
 import itertools
 import json
@@ -48,7 +50,7 @@ def scale_words_f32(sw):
 
 @triton.jit
 def dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr,
-               PTX: tl.constexpr, SWAP: tl.constexpr):
+               PTX: tl.constexpr, SWAP: tl.constexpr, DRAIN: tl.constexpr = False):
     KW: tl.constexpr = BLOCK_K // 8
     KS: tl.constexpr = BLOCK_K // 64
     offs_j = tl.arange(0, KW)
@@ -65,6 +67,8 @@ def dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr,
     wt = nvfp4_tile_bf16(w, scale_words_f32(sw), PTX)  # [BN, BK]
     if SWAP:
         acc = tl.dot(wt, tl.trans(x), acc)
+        if DRAIN:  # a use of acc makes Triton wait for every wgmma of the step before the next step's dequantize
+            acc = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [acc], dtype=tl.float32, is_pure=True, pack=1)
     else:
         acc = tl.dot(x, tl.trans(wt), acc)
     return acc
@@ -74,7 +78,8 @@ def dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr,
 def gemm_w(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
            M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PTX: tl.constexpr, SWAP: tl.constexpr):
+           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PTX: tl.constexpr, SWAP: tl.constexpr,
+           DRAIN: tl.constexpr = False):
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -90,9 +95,9 @@ def gemm_w(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for b in range(0, K // BLOCK_K):
-        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, PTX, SWAP)
+        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, PTX, SWAP, DRAIN)
     if K % BLOCK_K != 0:
-        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, K // BLOCK_K, K, BLOCK_K, True, PTX, SWAP)
+        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, K // BLOCK_K, K, BLOCK_K, True, PTX, SWAP, DRAIN)
     if SWAP:
         y = tl.trans(acc * (tl.load(ws2_ptr + rows_n) * _NVFP4_DOT_DOWN)[:, None])
     else:
@@ -104,7 +109,8 @@ def gemm_w(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
 def gemv_w(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
            M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PTX: tl.constexpr, SWAP: tl.constexpr):
+           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PTX: tl.constexpr, SWAP: tl.constexpr,
+           DRAIN: tl.constexpr = False):
     """The tensor-core path of nvfp4_gemv_kernel (BLOCK_M 2..16) with scale words."""
     pid_n = tl.program_id(0)
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
@@ -123,9 +129,9 @@ def gemv_w(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     else:
         acc = tl.zeros([TILE_M, BLOCK_N], dtype=tl.float32)
     for b in range(b_lo, b_full):
-        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, PTX, SWAP)
+        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, PTX, SWAP, DRAIN)
     if has_tail:
-        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b_full, K, BLOCK_K, True, PTX, SWAP)
+        acc = dot_step_w(acc, w_rows, s_rows, x_rows, row_ok, b_full, K, BLOCK_K, True, PTX, SWAP, DRAIN)
     if SWAP:
         y = tl.trans(acc * (tl.load(ws2_ptr + rows) * _NVFP4_DOT_DOWN)[:, None])
     else:
@@ -153,17 +159,20 @@ def launch_w(kernel, x, q, cx, grid, warps, stages, out, workspace=None):
 
 
 def gemv_variants():
-    for swap, ptx in ((False, False), (True, False), (True, True)):
+    for swap, ptx, drain in ((False, False, False), (True, False, False), (True, True, False), (True, True, True)):
         for bn, bk, split in itertools.product((64, 128), (128, 256), (1, 2, 4)):
-            yield dict(kind="gemv_w", SWAP=swap, PTX=ptx, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, warps=4, stages=3)
+            yield dict(kind="gemv_w", SWAP=swap, PTX=ptx, DRAIN=drain, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
+                       warps=4, stages=3)
 
 
 def gemm_variants():
-    for swap, ptx in itertools.product((True, False), (True, False)):
+    for swap, ptx, drain in ((True, True, False), (True, False, False), (False, True, False), (False, False, False),
+                             (True, True, True), (True, False, True)):
         for bm, bn, bk, w, s in ((64, 128, 64, 4, 4), (64, 128, 128, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
                                  (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 256, 64, 8, 3), (256, 64, 64, 4, 3),
                                  (128, 64, 128, 4, 3)):
-            yield dict(kind="gemm_w", SWAP=swap, PTX=ptx, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, warps=w, stages=s)
+            yield dict(kind="gemm_w", SWAP=swap, PTX=ptx, DRAIN=drain, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, warps=w,
+                       stages=s)
 
 
 def run_variant(v, x, q, out, ws):
@@ -171,12 +180,12 @@ def run_variant(v, x, q, out, ws):
     if v["kind"] == "gemv_w":
         bm = gemv.gemv_bucket(M)
         cx = dict(BLOCK_M=max(bm, 2), BLOCK_N=v["BLOCK_N"], BLOCK_K=v["BLOCK_K"], SPLIT_K=v["SPLIT_K"], HAS_BIAS=False,
-                  HAS_RESIDUAL=False, PTX=v["PTX"], SWAP=v["SWAP"])
+                  HAS_RESIDUAL=False, PTX=v["PTX"], SWAP=v["SWAP"], DRAIN=v.get("DRAIN", False))
         grid = (triton.cdiv(N, v["BLOCK_N"]), v["SPLIT_K"], 1)
         return launch_w(gemv_w, x, q, cx, grid, v["warps"], v["stages"], out,
                         ws[: v["SPLIT_K"] * M * N].view(v["SPLIT_K"], M, N) if v["SPLIT_K"] > 1 else None)
     cx = dict(BLOCK_M=v["BLOCK_M"], BLOCK_N=v["BLOCK_N"], BLOCK_K=v["BLOCK_K"], GROUP_M=8, HAS_BIAS=False,
-              HAS_RESIDUAL=False, PTX=v["PTX"], SWAP=v["SWAP"])
+              HAS_RESIDUAL=False, PTX=v["PTX"], SWAP=v["SWAP"], DRAIN=v.get("DRAIN", False))
     grid = (triton.cdiv(M, v["BLOCK_M"]) * triton.cdiv(N, v["BLOCK_N"]), 1, 1)
     return launch_w(gemm_w, x, q, cx, grid, v["warps"], v["stages"], out)
 
