@@ -339,6 +339,11 @@ def stages(T: int, repeats: int) -> list[dict]:
                 q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu,
                 W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"], X, HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16,
                 DOT_PREC="tf32", STORE_X=sx, num_warps=nw))
+    for nw in (2, 4):  # the fused stage 1 holding fewer registers (RELOAD_K)
+        add(f"wy reload-k num_warps={nw}", lambda nw=nw: tc.chunk_wy_kernel[(NT, HV)](
+            q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu,
+            W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"], X, HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16,
+            DOT_PREC="tf32", RELOAD_K=True, num_warps=nw))
     for nw in (4, 8):  # the split stage 1's second launch
         add(f"wu num_warps={nw}", lambda nw=nw: tc.chunk_wu_kernel[(NT, HV)](
             k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu, W["chunks"], X, W["G"],

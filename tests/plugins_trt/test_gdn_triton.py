@@ -382,7 +382,8 @@ def test_chunked_prefill_matches_reference(dims, lens):
 
 @pytest.mark.parametrize("dims", SHAPES, ids=SHAPE_IDS)
 def test_chunked_prefill_split_stage1_matches_fused(dims):
-    """Stage 1 as two launches (X, then w and u) gives the fused stage 1's outputs, state and snapshots."""
+    """Stage 1 as two launches (X, then w and u), and the fused one reloading its key tiles, give the fused stage
+    1's outputs and state."""
     s = Shape(*dims, seed=9)
     lens = [70, 5]
     cu = cu_of(lens)
@@ -392,14 +393,15 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
     a, b = ab[:, :s.HV], ab[:, s.HV:]
     slots = torch.tensor([3, 6], dtype=torch.int32, device=DEV)
     outs = []
-    for split in (False, True):
+    for split, reload_k in ((False, False), (True, False), (False, True)):
         state, work = s.state.clone(), {}
         o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
                                 torch.tensor(cu, dtype=torch.int32, device=DEV), cu_seqlens_host=cu,
-                                out=poison(TT, s.HV, s.DV), BV=16, work=work, split_wy=split)
+                                out=poison(TT, s.HV, s.DV), BV=16, work=work, split_wy=split, reload_k=reload_k)
         outs.append((o, state, work["w"], work["u"]))
-    for name, x, y in zip(("o", "state", "w", "u"), outs[0], outs[1]):
-        report(f"split stage 1 vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
+    for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2])):
+        for name, x, y in zip(("o", "state", "w", "u"), outs[0], other):
+            report(f"{form} vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
 
 
 def test_strong_decay_stays_finite_and_exact():
@@ -480,10 +482,13 @@ def _aot_cases():
                    dict(dims, KW=4, WP=4, BV=64)),
         "chunk_wy": (chunk_wy_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P,
                      stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F, X=P),
-                     dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=False)),
+                     dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=False, RELOAD_K=False)),
+        "chunk_wy_reload": (chunk_wy_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P,
+                            b=P, stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F,
+                            RK=F, X=P), dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=False, RELOAD_K=True)),
         "chunk_wy_x": (chunk_wy_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P,
                        stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F, X=P),
-                       dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=True)),
+                       dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=True, RELOAD_K=False)),
         "chunk_wu": (chunk_wu_kernel, dict(k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
                      dt_bias=F, cu_seqlens=I, chunks=I, X=P, G=F, RK=F, w=P, u=P),
                      dict(dims, BT=64, DOT_PREC="tf32")),
