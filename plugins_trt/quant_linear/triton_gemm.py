@@ -370,6 +370,8 @@ def nvfp4_dequant_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: to
     N, K = weight.shape[0], weight.shape[1] * 2
     _check(x, torch.bfloat16, K, "x")
     out = torch.empty(x.shape[0], N, dtype=torch.bfloat16, device=x.device) if out is None else out
+    if x.shape[0] == 0:
+        return out
     rows = dequant_rows(config, K)
     if workspace is None:
         workspace = torch.empty(min(rows, N), K, dtype=torch.bfloat16, device=x.device)
