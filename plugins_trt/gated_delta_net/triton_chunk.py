@@ -183,7 +183,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     W = work
     chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias,
                               cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
-                              W["X"] if split_wy else W["G"], HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK,
+                              W["X"] if split_wy else W["w"], HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK,
                               BC=CHUNK // 4, num_warps=num_warps[0], DOT_PREC=prec, STORE_X=split_wy,
                               RELOAD_K=reload_k)
     if split_wy:

@@ -1,4 +1,4 @@
-"""Experiment helper, not used by Atlas: compile the GDN verify kernels for sm_90 (no GPU needed) and print each
+"""Experiment helper, not used by Atlas: compile the GDN verify and prefill stage-1 kernels for sm_90 (no GPU needed) and print each
 configuration's registers and stack (spills) a thread, as cuobjdump reports them.
 
     python -m atlas.tools.dev.gdn_registers > tools/results/gdn_registers.txt
@@ -52,6 +52,12 @@ def main() -> None:
             name = f"chunk T {T}{' prepped' if prepped else ''}{' tail' if tail else ''} {prec} BV 64 / 4 warps"
             rows.append((name, vc.signature_gdn_verify_chunk(HK, HV, D, D, T, BV=64, num_warps=4, fuse_norm=False,
                                                              dot_prec=prec, prepped=prepped, tail=tail)))
+    from atlas.plugins_trt.gated_delta_net import triton_chunk as tc
+    for w in (2, 4, 8):  # prefill stage 1: fused, fused reloading its key tiles, the split form's first launch
+        for what, kw in (("fused", {}), ("fused reload_k", {"reload_k": True}), ("split X", {"store_x": True})):
+            rows.append((f"prefill stage 1 {what} / {w} warps", tc.signature_chunk_wy(HK, HV, D, D, num_warps=w, **kw)))
+    for w in (4, 8):
+        rows.append((f"prefill stage 1 split wu / {w} warps", tc.signature_chunk_wu(HK, HV, D, D, num_warps=w)))
     for name, sig in rows:
         print(f"{name:55s} {usage(sig)}", flush=True)
 
