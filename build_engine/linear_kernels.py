@@ -52,10 +52,16 @@ def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int) -> list
 
     fit = [c for c in same if SM_COUNT <= programs(c) <= 32 * SM_COUNT] or same
     ranked = sorted(fit, key=lambda c: abs(math.log(programs(c) / (4 * SM_COUNT))))
-    paths = [[c for c in ranked if c.get("TC") is p] for p in (False, True)]
-    if all(paths):  # both the CUDA-core and the tensor-core path: half the candidates each
-        return paths[0][:most - most // 2] + paths[1][:most // 2]
-    return ranked[:most]
+    # the ways a config can run: CUDA cores with plain or pipelined loads, tensor cores; each gets its share
+    ways = {}
+    for c in ranked:
+        ways.setdefault((bool(c.get("TC")), c.get("PIPE", 1) > 1), []).append(c)
+    picked = []
+    for i in range(most):
+        for way in ways.values():
+            if i < len(way) and len(picked) < most:
+                picked.append(way[i])
+    return picked
 
 
 def _random_weights(fmt: str, n: int, k: int):
@@ -100,7 +106,7 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
 
 
 def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], kernels_dir, tune: bool,
-                           candidates_per_bucket: int = 6) -> tuple[dict, dict]:
+                           candidates_per_bucket: int = 9) -> tuple[dict, dict]:
     """Choose, compile and write every kernel the engine's quantized linears need.
 
     Returns (kernel table for manifest["kernels"], plan for manifest["linear_kernels"]).
@@ -111,7 +117,7 @@ def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], 
 
 
 def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune: bool,
-                       candidates_per_bucket: int = 6) -> tuple[list, dict]:
+                       candidates_per_bucket: int = 9) -> tuple[list, dict]:
     """Choose and compile (without writing) every kernel the quantized linears need: (compiled, plan)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv

@@ -154,7 +154,7 @@ def summarize(rows: list[dict]) -> dict:
 
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("tools/results/gemm.json"), show_default=True)
-@click.option("--configs-per-bucket", default=6, show_default=True, help="GEMV candidates tried per case.")
+@click.option("--configs-per-bucket", default=9, show_default=True, help="GEMV candidates tried per case.")
 @click.option("--shapes", default=",".join(SHAPES), show_default=True)
 def main(out, configs_per_bucket, shapes):
     t0 = time.time()

@@ -260,7 +260,7 @@ def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.const
 def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                       M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PIPE: tl.constexpr = 1):
     """NVFP4 W4A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1); block 32 * num_warps threads.
 
     x_ptr    *bf16     [M, K], row stride stride_xm (elements)
@@ -288,7 +288,7 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     if BLOCK_M == 1:
         x32 = x_ptr.to(tl.pointer_type(tl.int32))
         acc = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
-        for b in range(b_lo, b_full):
+        for b in tl.range(b_lo, b_full, num_stages=PIPE):
             acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K, False)
         if has_tail:
             acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b_full, K, BLOCK_K, True)
@@ -360,7 +360,7 @@ def _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKE
 def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
                     M, N, K, stride_xm, stride_wn, stride_rm, stride_om,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, TC: tl.constexpr):
+                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, TC: tl.constexpr, PIPE: tl.constexpr = 1):
     """FP8 (E4M3, per-output-channel scale) W8A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1).
 
     x_ptr    *bf16     [M, K], row stride stride_xm
@@ -401,7 +401,7 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
             + tl.arange(0, BLOCK_K // 4)[None, :]
         x32 = x_ptr.to(tl.pointer_type(tl.int32))
         acc = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
-        for b in range(b_lo, b_full):
+        for b in tl.range(b_lo, b_full, num_stages=PIPE):
             acc = _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K, False)
         if has_tail:
             acc = _fp8_fma_step(acc, w_rows, x32, b_full, K, BLOCK_K, True)
@@ -434,15 +434,19 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
 # ---- configs (H200: 132 SMs, 4.2 TB/s) -----------------------------------------------------------------------
 
 def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=()) -> list[dict]:
-    """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket. fma_tiles serve bucket 1, dot_tiles
+    """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket. fma_tiles serve bucket 1 (a fourth
+    entry is PIPE: the K loop's loads go through shared memory with cp.async, that many stages deep), dot_tiles
     buckets 2..16; tc_tiles (num_stages last) give split-position tensor-core configs ("TC": True) for every
     bucket."""
     out = []
     for bm in M_BUCKETS:
-        for bn, bk, warps in (fma_tiles if bm == 1 else dot_tiles):
+        for tile in (fma_tiles if bm == 1 else dot_tiles):
+            bn, bk, warps = tile[:3]
             for split in (1, 2, 4, 8):
                 c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
                      "num_warps": warps, "num_stages": 1 if bm == 1 else 3}
+                if len(tile) > 3:  # a cp.async-pipelined CUDA-core loop (PIPE stages)
+                    c["PIPE"] = tile[3]
                 out.append(c if not tc_tiles else {**c, "TC": False})
         for bn, bk, warps, stages in tc_tiles:
             for split in (1, 2, 4, 8):
@@ -454,12 +458,14 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=()) -> list[dict]:
 # Tiles for H200 (132 SMs). CUDA-core path: 56..164 registers a thread (see NOTES.md), several programs an SM;
 # SPLIT_K makes enough programs for N = 4096-class layers. Tensor-core path: cp.async pipelined, 3 stages.
 _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8)]
+_PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2), (128, 256, 8, 2)]
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
-                                    (128, 512, 8)], _DOT_TILES)
+                                    (128, 512, 8)] + _PIPE_TILES, _DOT_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""
 # fp8: the split-position tensor-core path serves every bucket (fastest at M >= 2 on the H200, and at M = 1 on some
 # shapes, see NOTES.md section 4); bucket 1 also keeps the CUDA-core tiles.
-CONFIGS_fp8_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (64, 128, 4), (128, 128, 4), (128, 256, 8)], [],
+CONFIGS_fp8_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (64, 128, 4), (128, 128, 4), (128, 256, 8),
+                                   (32, 256, 4, 3), (64, 256, 4, 3), (64, 128, 4, 3), (128, 256, 8, 2)], [],
                                  [(64, 128, 4, 3), (128, 128, 4, 3), (256, 128, 8, 3), (256, 64, 4, 4)])
 """Candidates for fp8_gemv_kernel (BLOCK_K 512 on the CUDA-core path costs 248 registers and an x exchange)."""
 CONFIGS_splitk_reduce = [{"BLOCK_N": bn, "num_warps": w, "num_stages": 1} for bn, w in ((512, 4), (1024, 4), (2048, 8))]
@@ -545,6 +551,7 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
           "SPLIT_K": config["SPLIT_K"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
     if "TC" in config:  # fp8_gemv_kernel's path switch
         cx["TC"] = config["TC"]
+    cx["PIPE"] = config.get("PIPE", 1)
     return cx
 
 

@@ -197,7 +197,8 @@ def _cfg(bm, bn=32, bk=32, split=1, warps=4, stages=1):
 
 # (M, config): BLOCK_M 1 is the CUDA-core path, BLOCK_M 4 and 16 the tensor-core path; K = 80 leaves a partial
 # tail block of 16, N = 104 a partial row block; SPLIT_K 4 over three K blocks leaves one split empty.
-GEMV_CASES = [(1, _cfg(1)), (1, _cfg(1, split=4)), (3, _cfg(4)), (3, _cfg(4, split=2)), (16, _cfg(16, bk=64, split=2))]
+GEMV_CASES = [(1, _cfg(1)), (1, _cfg(1, split=4)), (1, {**_cfg(1, split=2), "PIPE": 3}), (3, _cfg(4)),
+              (3, _cfg(4, split=2)), (16, _cfg(16, bk=64, split=2))]
 # fp8's split-position tensor-core path (BLOCK_K % 64 == 0), M = 1 included; K = 80 + 64 leaves a partial tail block
 FP8_TC_CASES = [(1, {**_cfg(1, bk=64), "TC": True}), (3, _cfg(4, bk=64, split=2)), (16, _cfg(16, bk=128))]
 
@@ -206,7 +207,7 @@ FP8_TC_CASES = [(1, {**_cfg(1, bk=64), "TC": True}), (3, _cfg(4, bk=64, split=2)
 @pytest.mark.parametrize("fmt,M,config", [("nvfp4", m, c) for m, c in GEMV_CASES]
                          + [("fp8", m, c) for m, c in GEMV_CASES if c["BLOCK_M"] == 1],  # fp8 M > 1: below
                          ids=lambda v: f"M{v}" if isinstance(v, int) else v if isinstance(v, str) else
-                         f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}")
+                         f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}-P{v.get('PIPE', 1)}")
 def test_gemv_interpreter(fmt, M, config):
     check_gemv(fmt, M, 104, 80, config, seed=len(fmt) * 1000 + M * 100 + config["BLOCK_M"] * 10 + config["SPLIT_K"])
 
@@ -488,8 +489,10 @@ def test_gemv_gpu(fmt, M, shape):
     configs = GV.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else GV.CONFIGS_fp8_gemv
     bucket = GV.gemv_bucket(M)
     same = [c for c in configs if c["BLOCK_M"] == bucket and c["SPLIT_K"] in (1, 4)]
-    picks = [c for c in same if not c.get("TC")][:2] + [c for c in same if c.get("TC")][:2]  # every path
-    picks = picks if len(picks) == 4 else same[:4]
+    ways = {}  # CUDA cores with plain or pipelined loads, tensor cores: two configs of every way
+    for c in same:
+        ways.setdefault((bool(c.get("TC")), c.get("PIPE", 1)), []).append(c)
+    picks = [c for way in ways.values() for c in way[:2]]
     for i, cfg in enumerate(picks):
         check_gemv(fmt, M, *shape, cfg, seed=100 * M + i, epilogue=i % 2 == 0, qt=cached_weight(fmt, *shape))
 
