@@ -141,6 +141,9 @@ def gemv_w(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
 
 SHAPES = {"27b.gate_up": (34816, 5120), "27b.down": (5120, 17408), "8b.qkv": (6144, 4096), "8b.gate_up": (28672, 4096)}
 MS = [int(m) for m in os.environ.get("EXP_MS", "1,4,16,64,256,2048").split(",")]
+# EXP_SHAPES: a comma list of SHAPES keys; EXP_VARIANTS=drain: only the DRAIN variants (and no GEMV sweep)
+SHAPES = {n: SHAPES[n] for n in os.environ.get("EXP_SHAPES", ",".join(SHAPES)).split(",")}
+DRAIN_ONLY = os.environ.get("EXP_VARIANTS", "") == "drain"
 # the shipped kernels at the configs the last benchmark chose (timed beside the variants)
 shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in json.load(open("tools/results/gemm.json"))["cases"]}
 NAMES = {"27b.gate_up": "qwen3.5-27b.gate_up", "27b.down": "qwen3.5-27b.down", "8b.qkv": "llama-3.1-8b.qkv",
@@ -171,8 +174,9 @@ def gemm_variants():
         for bm, bn, bk, w, s in ((64, 128, 64, 4, 4), (64, 128, 128, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
                                  (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 256, 64, 8, 3), (256, 64, 64, 4, 3),
                                  (128, 64, 128, 4, 3)):
-            yield dict(kind="gemm_w", SWAP=swap, PTX=ptx, DRAIN=drain, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, warps=w,
-                       stages=s)
+            if drain or not DRAIN_ONLY:
+                yield dict(kind="gemm_w", SWAP=swap, PTX=ptx, DRAIN=drain, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                           warps=w, stages=s)
 
 
 def run_variant(v, x, q, out, ws):
@@ -216,7 +220,8 @@ def main():
                 else:
                     f = lambda qt: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, out=out)
                 row["shipped_us"] = graph_time([lambda qt=qt: f(qt) for qt in qs], repeats=20) * 1e6
-            variants = (list(gemv_variants()) if m <= 16 else []) + (list(gemm_variants()) if m >= 16 else [])
+            variants = (list(gemv_variants()) if m <= 16 and not DRAIN_ONLY else []) \
+                + (list(gemm_variants()) if m >= 16 else [])
             row["variants"] = []
             for v in variants:
                 try:
