@@ -115,6 +115,13 @@ def fla_split(L: Layer, y, B, T):
     return q.view(B, T, L.HK, L.D), k.view(B, T, L.HK, L.D), v.view(B, T, L.HV, L.D)
 
 
+# stage-1 forms of launch_chunk_gdn timed beside its default in every prefill case (keyword arguments)
+PREFILL_FORMS = {"split_wy": {"split_wy": True}, "reload_k": {"reload_k": True},
+                 "sliced_wy_bk32_w4": {"wy_slice": 32, "wy_warps": 4},
+                 "sliced_wy_bk32_w2": {"wy_slice": 32, "wy_warps": 2},
+                 "sliced_wy_bk64_w4": {"wy_slice": 64, "wy_warps": 4}}
+
+
 def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | None = None) -> dict:
     x, ab = L.rand(T, L.C), L.rand(T, 2 * L.HV)
     a, b = ab[:, :L.HV], ab[:, L.HV:]
@@ -134,18 +141,18 @@ def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | Non
                          cu_seqlens_host=[0, T], out=o, work=work, **cfg)
 
     atlas()  # fills `work` with every buffer it needs, outside the capture
-    work_split = chunk_plan([0, T], DEVICE)
-
-    def atlas_split():  # stage 1 as two launches (X, then w and u): timed beside the default, not the default
-        launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y)
-        launch_chunk_gdn(y[:, :H], y[:, H:2 * H], y[:, 2 * H:], a, b, L.A_log, L.dt_bias, state, slots, cu,
-                         cu_seqlens_host=[0, T], out=o, work=work_split, split_wy=True, **cfg)
-
-    atlas_split()
-
     row = {"kind": "prefill", "T": T, "B": 1}
     timed(row, "atlas", [atlas], repeats)
-    timed(row, "atlas_split_wy", [atlas_split], repeats)
+    for name, form in PREFILL_FORMS.items():  # other forms of stage 1, timed beside the default
+        work_f = chunk_plan([0, T], DEVICE)
+
+        def atlas_form(work_f=work_f, form=form):
+            launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y)
+            launch_chunk_gdn(y[:, :H], y[:, H:2 * H], y[:, 2 * H:], a, b, L.A_log, L.dt_bias, state, slots, cu,
+                             cu_seqlens_host=[0, T], out=o, work=work_f, **{**cfg, **form})
+
+        atlas_form()
+        timed(row, f"atlas_{name}", [atlas_form], repeats)
     nbytes = T * (L.C + 2 * L.HV + L.HV * L.D) * 2 + 2 * L.state_bytes
     if fla is not None:
         cache = L.rand(1, L.C, KW)
@@ -161,7 +168,8 @@ def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | Non
             h0.copy_(ht)
 
         timed(row, "fla", [peer], repeats)
-        row["speedup_split_wy_vs_fla"] = row["fla_us"] / row["atlas_split_wy_us"]
+        for name in PREFILL_FORMS:
+            row[f"speedup_{name}_vs_fla"] = row["fla_us"] / row[f"atlas_{name}_us"]
     return finish(row, nbytes, bw)
 
 
@@ -348,6 +356,12 @@ def stages(T: int, repeats: int) -> list[dict]:
         add(f"wu num_warps={nw}", lambda nw=nw: tc.chunk_wu_kernel[(NT, HV)](
             k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu, W["chunks"], X, W["G"],
             W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=D, DV=D, BT=64, DOT_PREC="tf32", num_warps=nw))
+    for bk in (16, 32, 64):  # stage 1 taking keys and values bk columns at a time
+        for nw in (1, 2, 4, 8):
+            add(f"sliced-wy bk{bk} num_warps={nw}", lambda bk=bk, nw=nw: tc.chunk_wy_sliced_kernel[(NT, HV)](
+                q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu,
+                W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"], HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16,
+                BK=bk, DOT_PREC="tf32", num_warps=nw))
     for bv, nw in ((16, 2), (16, 4), (32, 4), (64, 4)):  # one sequence: BV 32 gives 192 programs, BV 16 384
         add(f"state BV={bv} num_warps={nw}", lambda bv=bv, nw=nw: tc.chunk_state_kernel[(D // bv, HV, 1)](
             k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state, W["H"], W["dv"],
@@ -356,7 +370,53 @@ def stages(T: int, repeats: int) -> list[dict]:
     add("out BV=64", lambda: tc.chunk_out_kernel[(NT, HV, 2)](
         q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"], W["dv"], o, o.stride(0),
         HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=64, DOT_PREC="tf32", num_warps=4))
+    fla_stages(L, T, x, q, k, v, a, b, state, add)
     return rows
+
+
+def fla_stages(L: Layer, T: int, x, q, k, v, a, b, state, add) -> None:
+    """flash-linear-attention's prefill, kernel by kernel, on the same inputs (fla 0.6.0's chunk_gated_delta_rule
+    forward: l2norm of q and k, beta sigmoid, gate cumsum, fused kkt + solve + w/u, the state pass, the output)."""
+    try:
+        from fla.modules.causal_conv1d import causal_conv1d
+        from fla.modules.norm.l2norm import l2norm_fwd
+        from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h
+        from fla.ops.common.chunk_o import chunk_fwd_o
+        from fla.ops.common.gate import fused_beta_sigmoid
+        from fla.ops.gated_delta_rule.chunk_fwd import chunk_gated_delta_rule_fwd_intra
+        from fla.ops.gated_delta_rule.gate import gdn_gate_chunk_cumsum
+        from fla.ops.utils.constant import RCP_LN2
+    except Exception as e:  # noqa: BLE001
+        print(f"fla stages not timed ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    try:  # a failure here is reported, the Atlas stages above are kept
+        HK, HV, D = L.HK, L.HV, L.D
+        q4, k4 = q.reshape(1, T, HK, D).contiguous(), k.reshape(1, T, HK, D).contiguous()
+        v4 = v.reshape(1, T, HV, D).contiguous()
+        cache = L.rand(1, L.C, KW)
+        add("fla conv", lambda: causal_conv1d(x.view(1, T, L.C), weight=L.conv_w, initial_state=cache,
+                                              output_final_state=True, activation="silu"))
+        qn, _ = l2norm_fwd(q4)
+        kn, _ = l2norm_fwd(k4)
+        add("fla l2norm q, k", lambda: (l2norm_fwd(q4), l2norm_fwd(k4)))
+        bb = b.reshape(1, T, HV)
+        beta = fused_beta_sigmoid(bb, scale=1.0)
+        add("fla beta sigmoid", lambda: fused_beta_sigmoid(bb, scale=1.0))
+        aa = a.reshape(1, T, HV)
+        g = gdn_gate_chunk_cumsum(g=aa, A_log=L.A_log, chunk_size=64, scale=RCP_LN2, dt_bias=L.dt_bias)
+        add("fla gate cumsum", lambda: gdn_gate_chunk_cumsum(g=aa, A_log=L.A_log, chunk_size=64, scale=RCP_LN2,
+                                                             dt_bias=L.dt_bias))
+        w, u, _ = chunk_gated_delta_rule_fwd_intra(k=kn, v=v4, g=g, beta=beta, chunk_size=64)
+        add("fla intra (kkt + solve + wu)", lambda: chunk_gated_delta_rule_fwd_intra(k=kn, v=v4, g=g, beta=beta,
+                                                                                      chunk_size=64))
+        h0 = state.clone()
+        h, v_new, _ = chunk_gated_delta_rule_fwd_h(k=kn, w=w, u=u, g=g, initial_state=h0, output_final_state=True,
+                                                   chunk_size=64)
+        add("fla state (fwd_h)", lambda: chunk_gated_delta_rule_fwd_h(k=kn, w=w, u=u, g=g, initial_state=h0,
+                                                                       output_final_state=True, chunk_size=64))
+        add("fla out (fwd_o)", lambda: chunk_fwd_o(q=qn, k=kn, v=v_new, h=h, g=g, scale=D ** -0.5, chunk_size=64))
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
 
 
 def print_table(cases: list[dict]) -> None:

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
-from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
+from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel, chunk_wy_sliced_kernel
 
 CHUNK = 64
 
@@ -131,7 +131,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      snapshot_every: int = 0, snapshots: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
                      BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2,
-                     split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False):
+                     split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = 0,
+                     wy_warps: int | None = None):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
     q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
@@ -144,7 +145,9 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     three stages (stage 1 at 2 warps was the fastest of 1/2/4/8 on the H200: 2.3 ms at 32768 tokens).
     split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
     chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused stage 1. reload_k: the fused stage 1
-    loads its key tiles again for w instead of holding them (fewer live registers). Neither is timed yet.
+    loads its key tiles again for w instead of holding them (fewer live registers). wy_slice > 0: stage 1 is
+    chunk_wy_sliced_kernel, which takes keys and values wy_slice columns at a time (at wy_warps warps; default
+    num_warps[0]).
     Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
     """
     total_T = q.shape[0]
@@ -181,12 +184,19 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     # fp32 activations (tests) get fp32 products; bf16 ones run bf16 tensor-core products either way
     prec = "ieee" if dt == torch.float32 else "tf32"
     W = work
-    chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias,
-                              cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
-                              W["X"] if split_wy else W["w"], HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK,
-                              BC=CHUNK // 4, num_warps=num_warps[0], DOT_PREC=prec, STORE_X=split_wy,
-                              RELOAD_K=reload_k)
-    if split_wy:
+    if wy_slice:
+        chunk_wy_sliced_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
+                                         dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
+                                         HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4,
+                                         BK=min(wy_slice, DK, DV), DOT_PREC=prec,
+                                         num_warps=wy_warps or num_warps[0])
+    else:
+        chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
+                                  dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
+                                  W["X"] if split_wy else W["w"], HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK,
+                                  BC=CHUNK // 4, num_warps=num_warps[0], DOT_PREC=prec, STORE_X=split_wy,
+                                  RELOAD_K=reload_k)
+    if split_wy and not wy_slice:
         chunk_wu_kernel[(NT, HV)](k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens,
                                   W["chunks"], W["X"], W["G"], W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=DK, DV=DV,
                                   BT=CHUNK, DOT_PREC=prec, num_warps=wu_warps)
@@ -220,6 +230,19 @@ def signature_chunk_wy(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 2
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, DOT_PREC=dot_prec, STORE_X=store_x,
                  RELOAD_K=reload_k)
     return aot_signature_of(chunk_wy_kernel, types, const, num_warps, num_stages, unaligned=("k", "v", "a", "b"))
+
+
+def signature_chunk_wy_sliced(HK: int, HV: int, DK: int, DV: int, *, BK: int = 32, num_warps: int = 4,
+                              num_stages: int = 2, act: str = "*bf16", dot_prec: str = "tf32"):
+    """chunk_wy_sliced_kernel: stage 1 taking keys and values BK columns at a time."""
+    from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
+
+    P, F, I, i32 = act, "*fp32", "*i32", "i32"
+    types = dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
+                 dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, BK=min(BK, DK, DV), DOT_PREC=dot_prec)
+    return aot_signature_of(chunk_wy_sliced_kernel, types, const, num_warps, num_stages,
+                            unaligned=("k", "v", "a", "b"))
 
 
 def signature_chunk_wu(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 4, num_stages: int = 2,

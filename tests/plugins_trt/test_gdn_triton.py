@@ -382,8 +382,8 @@ def test_chunked_prefill_matches_reference(dims, lens):
 
 @pytest.mark.parametrize("dims", SHAPES, ids=SHAPE_IDS)
 def test_chunked_prefill_split_stage1_matches_fused(dims):
-    """Stage 1 as two launches (X, then w and u), and the fused one reloading its key tiles, give the fused stage
-    1's outputs and state."""
+    """Stage 1 as two launches (X, then w and u), the fused one reloading its key tiles, and the sliced one (keys
+    and values 16 columns at a time) give the fused stage 1's outputs and state."""
     s = Shape(*dims, seed=9)
     lens = [70, 5]
     cu = cu_of(lens)
@@ -393,13 +393,14 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
     a, b = ab[:, :s.HV], ab[:, s.HV:]
     slots = torch.tensor([3, 6], dtype=torch.int32, device=DEV)
     outs = []
-    for split, reload_k in ((False, False), (True, False), (False, True)):
+    for split, reload_k, sliced in ((False, False, 0), (True, False, 0), (False, True, 0), (False, False, 16)):
         state, work = s.state.clone(), {}
         o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
                                 torch.tensor(cu, dtype=torch.int32, device=DEV), cu_seqlens_host=cu,
-                                out=poison(TT, s.HV, s.DV), BV=16, work=work, split_wy=split, reload_k=reload_k)
+                                out=poison(TT, s.HV, s.DV), BV=16, work=work, split_wy=split, reload_k=reload_k,
+                                wy_slice=sliced)
         outs.append((o, state, work["w"], work["u"]))
-    for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2])):
+    for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2]), ("sliced stage 1", outs[3])):
         for name, x, y in zip(("o", "state", "w", "u"), outs[0], other):
             report(f"{form} vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
 
@@ -458,7 +459,8 @@ def _aot_cases():
     from atlas.plugins_trt.causal_conv1d import triton_conv as tc
     from atlas.plugins_trt.gated_delta_net.triton_chunk import chunk_state_kernel
     from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
-    from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
+    from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import (chunk_wu_kernel, chunk_wy_kernel,
+                                                                    chunk_wy_sliced_kernel)
     from atlas.plugins_trt.gated_delta_net.triton_recurrent import gdn_recurrent_kernel
     from atlas.plugins_trt.gated_delta_net.triton_verify import gdn_commit_kernel
     P, F, I, i32 = "*bf16", "*fp32", "*i32", "i32"
@@ -489,6 +491,9 @@ def _aot_cases():
         "chunk_wy_x": (chunk_wy_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P,
                        stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F, X=P),
                        dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=True, RELOAD_K=False)),
+        "chunk_wy_sliced": (chunk_wy_sliced_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32,
+                            a=P, b=P, stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F,
+                            RQ=F, RK=F), dict(dims, BT=64, BC=16, BK=32, DOT_PREC="tf32")),
         "chunk_wu": (chunk_wu_kernel, dict(k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
                      dt_bias=F, cu_seqlens=I, chunks=I, X=P, G=F, RK=F, w=P, u=P),
                      dict(dims, BT=64, DOT_PREC="tf32")),
@@ -561,9 +566,10 @@ def _fla_kwargs(s: Shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split_wy", [False, True], ids=["fused-stage1", "split-stage1"])
+@pytest.mark.parametrize("form", [{}, {"split_wy": True}, {"wy_slice": 32, "wy_warps": 4}, {"wy_slice": 64}],
+                         ids=["fused-stage1", "split-stage1", "sliced-stage1-bk32", "sliced-stage1-bk64"])
 @pytest.mark.parametrize("model", list(MODELS))
-def test_gpu_chunked_prefill_real_shapes(model, split_wy):
+def test_gpu_chunked_prefill_real_shapes(model, form):
     HK, HV, D = MODELS[model]
     s = Shape(HK, HV, D, D, dtype=torch.bfloat16, seed=11, slots=4)
     lens = [1000, 64, 333]
@@ -577,7 +583,7 @@ def test_gpu_chunked_prefill_real_shapes(model, split_wy):
     state = s.state.clone()
     cu_t = torch.tensor(cu, dtype=torch.int32, device=DEV)
     o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots, cu_t, cu_seqlens_host=cu,
-                            out=poison(TT, HV, D, dtype=torch.bfloat16), split_wy=split_wy)
+                            out=poison(TT, HV, D, dtype=torch.bfloat16), **form)
     fla = _fla()
     if fla is not None:
         o_f, ht_f = fla[0](q.reshape(1, TT, HK, D), k.reshape(1, TT, HK, D), v.reshape(1, TT, HV, D),
