@@ -137,7 +137,8 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
                                      ["B", "cdiv(C, BC)", "1"])
     plan["conv_commit"] = add("conv_commit", conv.signature_conv_commit(KW), ["B", "cdiv(C, BC)", "1"])
     # chunked prefill: stage 2's tile follows the batch (pick_bv), so each BV it can pick is compiled
-    wy = add("chunk_wy", chunk.signature_chunk_wy(HK, HV, DK, DV), ["NT", "HV", "1"])
+    wy = add("chunk_wy_sliced", chunk.signature_chunk_wy_sliced(HK, HV, DK, DV, BK=chunk.WY_SLICE, num_warps=2),
+             ["NT", "HV", "1"])
     states = {}
     for bv in sorted({b for b in (64, 32) if b <= DV} | {min(16, DV)}, reverse=True):
         states[str(bv)] = add("chunk_state", chunk.signature_chunk_state(HK, HV, DK, DV, BV=bv), ["DV // BV", "HV", "N"])

@@ -125,13 +125,17 @@ def chunk_plan(cu_seqlens_host: list[int], device, BT: int = CHUNK) -> dict:
             "chunk_first": torch.tensor(first, dtype=torch.int32, device=device)}
 
 
+WY_SLICE = 32
+"""Column slice of the default stage 1 (chunk_wy_sliced_kernel), at 2 warps."""
+
+
 def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                      A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, slots: torch.Tensor,
                      cu_seqlens: torch.Tensor, cu_seqlens_host: list[int] | None = None,
                      snapshot_every: int = 0, snapshots: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
                      BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2,
-                     split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = 0,
+                     split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
                      wy_warps: int | None = None):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
@@ -142,12 +146,12 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     each sequence, [sum_n floor(T_n / snapshot_every), HV, DK, DV], sequence by sequence.
     work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan`; "w", "u",
     "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
-    three stages (stage 1 at 2 warps was the fastest of 1/2/4/8 on the H200: 2.3 ms at 32768 tokens).
+    three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps
+    or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
+    (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
     split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
     chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused stage 1. reload_k: the fused stage 1
-    loads its key tiles again for w instead of holding them (fewer live registers). wy_slice > 0: stage 1 is
-    chunk_wy_sliced_kernel, which takes keys and values wy_slice columns at a time (at wy_warps warps; default
-    num_warps[0]).
+    loads its key tiles again for w instead of holding them (fewer live registers).
     Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
     """
     total_T = q.shape[0]
@@ -184,7 +188,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     # fp32 activations (tests) get fp32 products; bf16 ones run bf16 tensor-core products either way
     prec = "ieee" if dt == torch.float32 else "tf32"
     W = work
-    if wy_slice:
+    if wy_slice and not (split_wy or reload_k):
         chunk_wy_sliced_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
                                          dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
                                          HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4,
@@ -196,7 +200,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                                   W["X"] if split_wy else W["w"], HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK,
                                   BC=CHUNK // 4, num_warps=num_warps[0], DOT_PREC=prec, STORE_X=split_wy,
                                   RELOAD_K=reload_k)
-    if split_wy and not wy_slice:
+    if split_wy:
         chunk_wu_kernel[(NT, HV)](k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens,
                                   W["chunks"], W["X"], W["G"], W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=DK, DV=DV,
                                   BT=CHUNK, DOT_PREC=prec, num_warps=wu_warps)

@@ -566,8 +566,8 @@ def _fla_kwargs(s: Shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("form", [{}, {"split_wy": True}, {"wy_slice": 32, "wy_warps": 4}, {"wy_slice": 64}],
-                         ids=["fused-stage1", "split-stage1", "sliced-stage1-bk32", "sliced-stage1-bk64"])
+@pytest.mark.parametrize("form", [{}, {"wy_slice": 0}, {"split_wy": True}, {"wy_slice": 64, "wy_warps": 4}],
+                         ids=["default-sliced-stage1", "held-stage1", "split-stage1", "sliced-stage1-bk64"])
 @pytest.mark.parametrize("model", list(MODELS))
 def test_gpu_chunked_prefill_real_shapes(model, form):
     HK, HV, D = MODELS[model]

@@ -24,14 +24,17 @@ def gemm_table(result: dict, ms=(1, 16, 256, 2048)) -> str:
 
 
 def gdn_table(result: dict) -> str:
-    rows = ["| model | case | Atlas us | fla us | speedup | Atlas way |", "|---|---|---|---|---|---|"]
-    for c in result["cases"]:
-        if "error" in c:
-            continue
-        case = {"prefill": f"prefill T {c.get('T')}", "decode": f"decode B {c.get('B')}",
-                "verify": f"verify B {c.get('B')} K {c.get('K')}"}[c["kind"]]
-        rows.append(f"| {c['model']} | {case} | {c['atlas_us']:.1f} | {c.get('fla_us', float('nan')):.1f} | "
-                    f"{c.get('speedup_vs_fla', float('nan')):.2f} | {c.get('atlas_way', '')} |")
+    rows = ["| model | kind | case | Atlas µs | fla µs | speedup | way |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    order = {"prefill": 0, "decode": 1, "verify": 2}
+    models = list(dict.fromkeys(c["model"] for c in result["cases"]))
+    cases = sorted((c for c in result["cases"] if "error" not in c),
+                   key=lambda c: (order[c["kind"]] == 2, models.index(c["model"]), order[c["kind"]]))
+    for c in cases:
+        case = {"prefill": f"T={c.get('T')}", "decode": f"B={c.get('B')}",
+                "verify": f"B={c.get('B')} K={c.get('K')}"}[c["kind"]]
+        way = c.get("atlas_way", "").removeprefix("deltas_")
+        rows.append(f"| {c['model']} | {c['kind']} | {case} | {c['atlas_us']:.1f} | {c['fla_us']:.1f} | "
+                    f"{c['speedup_vs_fla']:.2f}x | {way} |")
     return "\n".join(rows)
 
 
