@@ -285,6 +285,9 @@ SWEEP = {
     + [dict(deltas_kernel="recurrent", BV=bv, num_warps=w) for bv, w in [(16, 1), (16, 2), (32, 4)]]
     + [dict(deltas_kernel="prepped", BV=bv, num_warps=w) for bv, w in [(16, 1), (16, 2), (32, 2), (32, 4)]],
     "prefill": [dict(BV=bv, num_warps=(8, w, 4)) for bv, w in [(16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]],
+    # K 17's way (the weak end of verify): its tile and warps, at B 1 and 8 only
+    "verify_tail": [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w)
+                    for bv, w in [(64, 4), (32, 4), (32, 2), (128, 8), (64, 8), (16, 2)]],
 }
 
 
@@ -305,6 +308,10 @@ def sweep(kinds: list[str], repeats: int, bw: float) -> list[dict]:
         for B, K in [(B, K) for B in (1, 2, 8) for K in (2, 4, 8, 17)]:
             r = case_verify(L, B, K, None, repeats, bw, cfg, modes=("deltas",))
             rows.append({"case": f"verify(deltas) B{B} K{K}", "cfg": cfg, "us": r["atlas_deltas_us"]})
+    for cfg in SWEEP["verify_tail"] if "verify_tail" in kinds else []:
+        for B in (1, 8):
+            r = case_verify(L, B, 17, None, repeats, bw, cfg, modes=("deltas",))
+            rows.append({"case": f"verify(deltas) B{B} K17", "cfg": cfg, "us": r["atlas_deltas_us"]})
     for cfg in SWEEP["prefill"] if "prefill" in kinds else []:
         for T in (4096, 32768):
             rows.append({"case": f"prefill T{T}", "cfg": {**cfg, "num_warps": list(cfg["num_warps"])},
@@ -341,6 +348,9 @@ def stages(T: int, repeats: int) -> list[dict]:
         print(f"stage T{T} {name:24s} {row['t_us']:9.1f} us", flush=True)
 
     add("conv", lambda: launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y))
+    for bt, bc, nw in ((32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 256, 4), (16, 512, 4), (64, 32, 2)):
+        add(f"conv chan-first BT={bt} BC={bc} num_warps={nw}", lambda bt=bt, bc=bc, nw=nw: launch_conv_varlen(
+            x, cu, window, slots, L.conv_w, max_seqlen=T, out=y, BT=bt, BC=bc, num_warps=nw, chan_first=True))
     X = torch.empty(T, HV, 64, dtype=q.dtype, device=DEVICE)
     for nw in (1, 2, 4, 8):
         for store_x in (False, True):  # the fused stage 1, and the first launch of the split one
@@ -363,16 +373,43 @@ def stages(T: int, repeats: int) -> list[dict]:
                 q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu,
                 W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"], HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16,
                 BK=bk, DOT_PREC="tf32", num_warps=nw))
-    for bv, nw in ((16, 2), (16, 4), (32, 4), (64, 4)):  # one sequence: BV 32 gives 192 programs, BV 16 384
-        add(f"state BV={bv} num_warps={nw}", lambda bv=bv, nw=nw: tc.chunk_state_kernel[(D // bv, HV, 1)](
-            k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state, W["H"], W["dv"],
-            state, slots, 1, HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, SNAPSHOT=False, DOT_PREC="tf32", num_warps=nw,
-            num_stages=2))
-    add("out BV=64", lambda: tc.chunk_out_kernel[(NT, HV, 2)](
-        q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"], W["dv"], o, o.stride(0),
-        HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=64, DOT_PREC="tf32", num_warps=4))
+    # one sequence: BV 32 gives 192 programs, BV 16 384; fla autotunes its state pass over BV 32 / 64, 2 / 4 warps
+    # and 2-4 stages
+    for bv, nw, ns in ((16, 4, 2), (32, 4, 2), (64, 4, 2), (32, 2, 2), (64, 2, 2), (32, 4, 3), (32, 4, 4),
+                       (32, 2, 3), (64, 4, 3), (64, 2, 3), (64, 4, 4)):
+        add(f"state BV={bv} num_warps={nw} num_stages={ns}", lambda bv=bv, nw=nw, ns=ns: tc.chunk_state_kernel[
+            (D // bv, HV, 1)](k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state,
+                              W["H"], W["dv"], state, slots, 1, HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv,
+                              SNAPSHOT=False, DOT_PREC="tf32", num_warps=nw, num_stages=ns))
+    for bv, nw, ns in ((64, 4, 2), (64, 4, 3), (32, 4, 2), (64, 8, 2), (128, 8, 2), (32, 2, 2)):
+        add(f"out BV={bv} num_warps={nw} num_stages={ns}", lambda bv=bv, nw=nw, ns=ns: tc.chunk_out_kernel[
+            (NT, HV, D // bv)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"],
+                               W["dv"], o, o.stride(0), HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, DOT_PREC="tf32",
+                               num_warps=nw, num_stages=ns))
     fla_stages(L, T, x, q, k, v, a, b, state, add)
+    rows.extend(fla_configs())
     return rows
+
+
+def fla_configs() -> list[dict]:
+    """The configurations fla's autotuners picked for its prefill kernels in this process (after fla_stages)."""
+    out = []
+    try:
+        import fla.ops.common.chunk_delta_h as h
+        import fla.ops.common.chunk_o as o
+        import fla.ops.gated_delta_rule.chunk_fwd as intra
+        import fla.ops.gated_delta_rule.wy_fast as wy
+    except Exception:  # noqa: BLE001
+        return out
+    for mod in (intra, wy, h, o):
+        for name, obj in vars(mod).items():
+            f = obj
+            while f is not None and not hasattr(f, "best_config"):
+                f = getattr(f, "fn", None)
+            if f is not None and getattr(f, "best_config", None) is not None:
+                out.append({"stage": f"fla config {name}", "config": str(f.best_config)})
+                print(f"fla config {name}: {f.best_config}", flush=True)
+    return out
 
 
 def fla_stages(L: Layer, T: int, x, q, k, v, a, b, state, add) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gemm|gdn|dev|all]   (dev: the untimed experiments, not part of all)
+#   bash tools/gpu_check.sh [tests|gemm|gdn|dev|all]   (dev: per-launch GDN timings and sweeps, not part of all)
 set -u
 source tools/gpu_env.sh
 out=${OUT:-/tmp/out}
@@ -21,8 +21,9 @@ fi
 if [ "$what" = gdn ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gdn --out "$out/gdn.json" 2>&1 | tee "$out/bench_gdn.log" | tail -30
 fi
-if [ "$what" = dev ]; then  # per-launch prefill stages (split stage 1, RELOAD_K) and the nvfp4 swap-AB DRAIN variants
+if [ "$what" = dev ]; then  # per-launch prefill stages (every stage's tiles, fla's kernels) and K 17 verify tiles
     python3 -m atlas.tools.bench_gdn --stages 32768 --prefill "" --decode "" --verify-k "" \
-        --out "$out/gdn_stages.json" 2>&1 | tee "$out/gdn_stages.log" | tail -20
-    python3 -m atlas.tools.dev.nvfp4_swap_ab 2>&1 | tee "$out/nvfp4_swap_ab.log" | grep -a " M=" | tail -30
+        --out "$out/gdn_stages.json" 2>&1 | tee "$out/gdn_stages.log" | grep -a "stage\|fla config" | tail -60
+    python3 -m atlas.tools.bench_gdn --sweep verify_tail --prefill "" --decode "" --verify-k "" \
+        --out "$out/gdn_sweep.json" 2>&1 | tee "$out/gdn_sweep.log" | grep -a "sweep" | tail -20
 fi

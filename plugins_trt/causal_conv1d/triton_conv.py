@@ -75,10 +75,14 @@ def conv_varlen_kernel(
     slots,                # int32 [N]; a negative slot skips the sequence
     C,                    # channels
     KW: tl.constexpr, WP: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
+    CHAN_FIRST: tl.constexpr = False,  # grid (cdiv(C, BC), cdiv(max_T, BT), N): neighbouring programs share rows
 ):
-    """Grid (N, cdiv(max_T, BT), cdiv(C, BC)). Only time block 0 of a sequence reads its window
-    (needs BT >= KW-1), so that program alone writes the new window: no other program races it."""
-    n, tb, cb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """Grid (N, cdiv(max_T, BT), cdiv(C, BC)), or its reverse with CHAN_FIRST. Only time block 0 of a sequence
+    reads its window (needs BT >= KW-1), so that program alone writes the new window: no other program races it."""
+    if CHAN_FIRST:
+        cb, tb, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    else:
+        n, tb, cb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(cu_seqlens + n).to(tl.int64)
     T = tl.load(cu_seqlens + n + 1) - bos
     slot = tl.load(slots + n).to(tl.int64)
@@ -174,11 +178,13 @@ def _check_rows(name: str, t: torch.Tensor, C: int):
 
 def launch_conv_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, window: torch.Tensor, slots: torch.Tensor,
                        weight: torch.Tensor, bias: torch.Tensor | None = None, max_seqlen: int | None = None,
-                       out: torch.Tensor | None = None, BT: int = 32, BC: int = 64) -> torch.Tensor:
+                       out: torch.Tensor | None = None, BT: int = 32, BC: int = 64, num_warps: int = 4,
+                       chan_first: bool = False) -> torch.Tensor:
     """Prefill conv over packed sequences; updates each sequence's window in `window` in place.
 
     x: [total_T, C] (any row stride); cu_seqlens int32 [N+1]; window [num_slots, C, KW-1];
     slots int32 [N] (distinct); weight [C, KW]. Returns y [total_T, C] in x's dtype.
+    chan_first: channel blocks vary fastest over the grid (fla's order; untimed).
     """
     C, KW = weight.shape
     _check_rows("x", x, C)
@@ -191,9 +197,10 @@ def launch_conv_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, window: torch.
     if N == 0 or max_seqlen == 0:
         return y
     grid = (N, triton.cdiv(max_seqlen, BT), triton.cdiv(C, BC))
-    conv_varlen_kernel[grid](x, x.stride(0), y, y.stride(0), weight, bias if bias is not None else weight,
-                             window, cu_seqlens, slots, C, KW=KW, WP=triton.next_power_of_2(KW - 1),
-                             BT=BT, BC=BC, HAS_BIAS=bias is not None)
+    conv_varlen_kernel[grid[::-1] if chan_first else grid](
+        x, x.stride(0), y, y.stride(0), weight, bias if bias is not None else weight, window, cu_seqlens, slots, C,
+        KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=bias is not None, CHAN_FIRST=chan_first,
+        num_warps=num_warps)
     return y
 
 

@@ -139,8 +139,9 @@ def cu_of(lens):
 # ---------------------------------------------------------------------------------------- causal conv
 
 
+@pytest.mark.parametrize("chan_first", [False, True], ids=["time-major-grid", "channel-major-grid"])
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
-def test_conv_varlen_matches_reference(bias):
+def test_conv_varlen_matches_reference(bias, chan_first):
     s = Shape(2, 4, 16, 16, seed=1)
     lens = [70, 1, 2, 9]
     cu = cu_of(lens)
@@ -149,7 +150,7 @@ def test_conv_varlen_matches_reference(bias):
     slots = torch.tensor([5, 0, 7, 2], dtype=torch.int32, device=DEV)
     window = s.window.clone()
     y = launch_conv_varlen(x, torch.tensor(cu, dtype=torch.int32, device=DEV), window, slots, s.conv_w, cb,
-                           max_seqlen=max(lens), out=poison(cu[-1], s.C), BT=16, BC=64)
+                           max_seqlen=max(lens), out=poison(cu[-1], s.C), BT=16, BC=64, chan_first=chan_first)
     for i, sl in enumerate(slots.tolist()):
         yr, wr = causal_conv1d(x[cu[i]:cu[i + 1]], s.window[sl], s.conv_w, cb)
         report(f"conv y seq{i} (T={lens[i]})", rel(y[cu[i]:cu[i + 1]], yr))
