@@ -118,7 +118,9 @@ def fla_split(L: Layer, y, B, T):
 # stage-1 forms of launch_chunk_gdn timed beside its default in every prefill case (keyword arguments)
 PREFILL_FORMS = {"held_wy": {"wy_slice": 0}, "split_wy": {"split_wy": True}, "reload_k": {"reload_k": True},
                  "sliced_wy_bk32_w1": {"wy_slice": 32, "wy_warps": 1},
-                 "sliced_wy_bk16_w1": {"wy_slice": 16, "wy_warps": 1}}
+                 "sliced_wy_bk16_w1": {"wy_slice": 16, "wy_warps": 1},
+                 "sliced_wy_bk32_w2_inv": {"wy_slice": 32, "wy_inverse": True},
+                 "sliced_wy_bk32_w1_inv": {"wy_slice": 32, "wy_warps": 1, "wy_inverse": True}}
 PREFILL_DEFAULT = "sliced_wy_bk32_w2"
 """launch_chunk_gdn's default stage 1, under the name earlier runs recorded it (--resummarize re-picks it)."""
 
@@ -287,7 +289,11 @@ SWEEP = {
     "prefill": [dict(BV=bv, num_warps=(8, w, 4)) for bv, w in [(16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]],
     # K 17's way (the weak end of verify): its tile and warps, at B 1 and 8 only
     "verify_tail": [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w)
-                    for bv, w in [(64, 4), (32, 4), (32, 2), (128, 8), (64, 8), (16, 2)]],
+                    for bv, w in [(64, 4), (32, 4), (32, 2), (128, 8), (64, 8), (16, 2)]]
+    + [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w, solve_inverse=True)
+       for bv, w in [(64, 4), (32, 4), (128, 8)]],
+    # the chunk verify's token solve by forward substitution or by the inverse from products, K 4 / 8 / 16
+    "verify_inverse": [dict(deltas_kernel="prepped_chunk", solve_inverse=inv) for inv in (False, True)],
 }
 
 
@@ -312,6 +318,10 @@ def sweep(kinds: list[str], repeats: int, bw: float) -> list[dict]:
         for B in (1, 8):
             r = case_verify(L, B, 17, None, repeats, bw, cfg, modes=("deltas",))
             rows.append({"case": f"verify(deltas) B{B} K17", "cfg": cfg, "us": r["atlas_deltas_us"]})
+    for cfg in SWEEP["verify_inverse"] if "verify_inverse" in kinds else []:
+        for B, K in [(B, K) for B in (1, 8) for K in (4, 8, 16)]:
+            r = case_verify(L, B, K, None, repeats, bw, cfg, modes=("deltas",))
+            rows.append({"case": f"verify(deltas) B{B} K{K}", "cfg": cfg, "us": r["atlas_deltas_us"]})
     for cfg in SWEEP["prefill"] if "prefill" in kinds else []:
         for T in (4096, 32768):
             rows.append({"case": f"prefill T{T}", "cfg": {**cfg, "num_warps": list(cfg["num_warps"])},
@@ -367,12 +377,13 @@ def stages(T: int, repeats: int) -> list[dict]:
         add(f"wu num_warps={nw}", lambda nw=nw: tc.chunk_wu_kernel[(NT, HV)](
             k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu, W["chunks"], X, W["G"],
             W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=D, DV=D, BT=64, DOT_PREC="tf32", num_warps=nw))
-    for bk in (16, 32, 64):  # stage 1 taking keys and values bk columns at a time
-        for nw in (1, 2, 4, 8):
-            add(f"sliced-wy bk{bk} num_warps={nw}", lambda bk=bk, nw=nw: tc.chunk_wy_sliced_kernel[(NT, HV)](
+    for bk, nw, inv in [(bk, nw, False) for bk in (16, 32, 64) for nw in (1, 2, 4)] + [
+            (bk, nw, True) for bk in (16, 32) for nw in (1, 2, 4)]:  # stage 1 taking keys and values bk columns
+        add(f"sliced-wy bk{bk}{' inv' if inv else ''} num_warps={nw}", lambda bk=bk, nw=nw, inv=inv:
+            tc.chunk_wy_sliced_kernel[(NT, HV)](
                 q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), L.A_log, L.dt_bias, cu,
                 W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"], HK=HK, HV=HV, DK=D, DV=D, BT=64, BC=16,
-                BK=bk, DOT_PREC="tf32", num_warps=nw))
+                BK=bk, DOT_PREC="tf32", INV=inv, num_warps=nw))
     # one sequence: BV 32 gives 192 programs, BV 16 384; fla autotunes its state pass over BV 32 / 64, 2 / 4 warps
     # and 2-4 stages
     for bv, nw, ns in ((16, 4, 2), (32, 4, 2), (64, 4, 2), (32, 2, 2), (64, 2, 2), (32, 4, 3), (32, 4, 4),

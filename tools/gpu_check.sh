@@ -24,6 +24,6 @@ fi
 if [ "$what" = dev ]; then  # per-launch prefill stages (every stage's tiles, fla's kernels) and K 17 verify tiles
     python3 -m atlas.tools.bench_gdn --stages 32768 --prefill "" --decode "" --verify-k "" \
         --out "$out/gdn_stages.json" 2>&1 | tee "$out/gdn_stages.log" | grep -a "stage\|fla config" | tail -60
-    python3 -m atlas.tools.bench_gdn --sweep verify_tail --prefill "" --decode "" --verify-k "" \
+    python3 -m atlas.tools.bench_gdn --sweep verify_tail,verify_inverse --prefill "" --decode "" --verify-k "" \
         --out "$out/gdn_sweep.json" 2>&1 | tee "$out/gdn_sweep.log" | grep -a "sweep" | tail -20
 fi

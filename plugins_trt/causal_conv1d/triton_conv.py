@@ -245,7 +245,7 @@ def signature_conv_varlen(KW: int, *, BT: int = 32, BC: int = 64, has_bias: bool
 
     types = dict(x=act, stride_x="i32", y=act, stride_y="i32", weight=act, bias=act, window=act,
                  cu_seqlens="*i32", slots="*i32", C="i32")
-    const = dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=has_bias)
+    const = dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=has_bias, CHAN_FIRST=False)
     return aot_signature_of(conv_varlen_kernel, types, const, num_warps, num_stages)
 
 

@@ -136,7 +136,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
                      BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2,
                      split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
-                     wy_warps: int | None = None):
+                     wy_warps: int | None = None, wy_inverse: bool = False):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
     q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
@@ -149,7 +149,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps
     or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
     (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
-    split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
+    wy_inverse: the sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of
+    forward substitution (untimed). split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
     chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused stage 1. reload_k: the fused stage 1
     loads its key tiles again for w instead of holding them (fewer live registers).
     Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
@@ -192,7 +193,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
         chunk_wy_sliced_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
                                          dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
                                          HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4,
-                                         BK=min(wy_slice, DK, DV), DOT_PREC=prec,
+                                         BK=min(wy_slice, DK, DV), DOT_PREC=prec, INV=wy_inverse,
                                          num_warps=wy_warps or num_warps[0])
     else:
         chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
@@ -237,14 +238,15 @@ def signature_chunk_wy(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 2
 
 
 def signature_chunk_wy_sliced(HK: int, HV: int, DK: int, DV: int, *, BK: int = 32, num_warps: int = 4,
-                              num_stages: int = 2, act: str = "*bf16", dot_prec: str = "tf32"):
+                              num_stages: int = 2, act: str = "*bf16", dot_prec: str = "tf32", inverse: bool = False):
     """chunk_wy_sliced_kernel: stage 1 taking keys and values BK columns at a time."""
     from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
                  dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F, RQ=F, RK=F)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, BK=min(BK, DK, DV), DOT_PREC=dot_prec)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, BK=min(BK, DK, DV), DOT_PREC=dot_prec,
+                 INV=inverse)
     return aot_signature_of(chunk_wy_sliced_kernel, types, const, num_warps, num_stages,
                             unaligned=("k", "v", "a", "b"))
 

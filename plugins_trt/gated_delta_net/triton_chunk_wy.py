@@ -25,7 +25,7 @@ are rounded to the input dtype before the products either way).
 import triton
 import triton.language as tl
 
-from atlas.plugins_trt.gated_delta_net.triton_common import LOG2E, gdn_gate
+from atlas.plugins_trt.gated_delta_net.triton_common import LOG2E, gdn_gate, inv_unit_lower
 
 
 @triton.jit
@@ -81,23 +81,29 @@ def _store_rows(p, rows, stride, valid, val):
 
 
 @triton.jit
-def _solve_blocks(A00, A11, A22, A33, A10, A20, A21, A30, A31, A32, BC: tl.constexpr):
-    """The [BC, BC] blocks of X = (I + A)^{-1} for a strictly lower A given by its 10 blocks (fp32)."""
+def _solve_blocks(A00, A11, A22, A33, A10, A20, A21, A30, A31, A32, BC: tl.constexpr, INV: tl.constexpr = False):
+    """The [BC, BC] blocks of X = (I + A)^{-1} for a strictly lower A given by its 10 blocks (fp32). INV: the
+    diagonal blocks by inv_unit_lower instead of forward substitution (same values up to rounding; untimed)."""
     ob = tl.arange(0, BC)
     # Diagonal blocks of X: row r of (I + A_ii)^{-1} is e_r - sum_{m<r} A_ii[r, m] X_ii[m, :].
     eye = (ob[:, None] == ob[None, :]).to(tl.float32)
     X00, X11, X22, X33 = eye, eye, eye, eye
-    for r in range(1, BC):
-        sel = (ob == r)[:, None]
-        e_r = (ob == r).to(tl.float32)
-        a0 = tl.sum(tl.where(sel, A00, 0.0), axis=0)
-        a1 = tl.sum(tl.where(sel, A11, 0.0), axis=0)
-        a2 = tl.sum(tl.where(sel, A22, 0.0), axis=0)
-        a3 = tl.sum(tl.where(sel, A33, 0.0), axis=0)
-        X00 = tl.where(sel, (e_r - tl.sum(a0[:, None] * X00, axis=0))[None, :], X00)
-        X11 = tl.where(sel, (e_r - tl.sum(a1[:, None] * X11, axis=0))[None, :], X11)
-        X22 = tl.where(sel, (e_r - tl.sum(a2[:, None] * X22, axis=0))[None, :], X22)
-        X33 = tl.where(sel, (e_r - tl.sum(a3[:, None] * X33, axis=0))[None, :], X33)
+    if INV:
+        tl.static_assert(BC <= 16, "inv_unit_lower is unrolled for blocks of up to 16 rows here")
+        X00, X11 = inv_unit_lower(A00, 4), inv_unit_lower(A11, 4)
+        X22, X33 = inv_unit_lower(A22, 4), inv_unit_lower(A33, 4)
+    else:
+        for r in range(1, BC):
+            sel = (ob == r)[:, None]
+            e_r = (ob == r).to(tl.float32)
+            a0 = tl.sum(tl.where(sel, A00, 0.0), axis=0)
+            a1 = tl.sum(tl.where(sel, A11, 0.0), axis=0)
+            a2 = tl.sum(tl.where(sel, A22, 0.0), axis=0)
+            a3 = tl.sum(tl.where(sel, A33, 0.0), axis=0)
+            X00 = tl.where(sel, (e_r - tl.sum(a0[:, None] * X00, axis=0))[None, :], X00)
+            X11 = tl.where(sel, (e_r - tl.sum(a1[:, None] * X11, axis=0))[None, :], X11)
+            X22 = tl.where(sel, (e_r - tl.sum(a2[:, None] * X22, axis=0))[None, :], X22)
+            X33 = tl.where(sel, (e_r - tl.sum(a3[:, None] * X33, axis=0))[None, :], X33)
     # Off-diagonal blocks: X_ij = -X_ii · sum_{m=j}^{i-1} A_im X_mj.
     X10 = -_mm(X11, _mm(A10, X00))
     X21 = -_mm(X22, _mm(A21, X11))
@@ -337,6 +343,7 @@ def chunk_wy_sliced_kernel(
     BT: tl.constexpr, BC: tl.constexpr,  # chunk (64) and sub-block (16): BT == 4 * BC
     BK: tl.constexpr,                    # width of the key / value column slices (divides DK and DV)
     DOT_PREC: tl.constexpr,
+    INV: tl.constexpr = False,           # diagonal blocks of X by inv_unit_lower (untimed)
 ):
     """Stage 1 (same outputs as chunk_wy_kernel) with the key and value tiles taken BK columns at a time: the
     products k_i · k_j and the key norms are summed over the slices, and w, u are made slice by slice, so no
@@ -428,7 +435,7 @@ def chunk_wy_sliced_kernel(
     A31 = _kkt_scale(S31, s3, rk1, G3, G1, m3, m1, False)
     A32 = _kkt_scale(S32, s3, rk2, G3, G2, m3, m2, False)
     X00, X11, X22, X33, X10, X20, X21, X30, X31, X32 = _solve_blocks(A00, A11, A22, A33, A10, A20, A21, A30, A31,
-                                                                      A32, BC)
+                                                                      A32, BC, INV)
     x00, x11, x22, x33 = X00.to(dt), X11.to(dt), X22.to(dt), X33.to(dt)
     x10, x20, x21, x30, x31, x32 = X10.to(dt), X20.to(dt), X21.to(dt), X30.to(dt), X31.to(dt), X32.to(dt)
 

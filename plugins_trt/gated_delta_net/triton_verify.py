@@ -95,13 +95,14 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                       norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
                       out: torch.Tensor | None = None, BV: int | None = None,
                       num_warps: int | None = None, dot_prec: str = "tf32",
-                      deltas_kernel: str | None = None) -> torch.Tensor:
+                      deltas_kernel: str | None = None, solve_inverse: bool = False) -> torch.Tensor:
     """Verify T tokens per sequence from the slots without changing them.
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
     z: [B, T, HV·DV] (optional fused gated norm). Returns o [B, T, HV, DV]; fills `rollback`.
     Mode "deltas" only: deltas_kernel, one of DELTAS_KERNELS (default: deltas_verify_kernel's choice), and
-    dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee").
+    dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee"); solve_inverse, the chunk
+    kernels' token solve by (I + A)^{-1} from products instead of forward substitution (untimed).
     """
     B, T, C = mixed_qkv.shape
     _, HV, DK, DV = state.shape
@@ -130,12 +131,14 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
         launch_recurrent(*args, num_k_heads=num_k_heads, T=T, deltas=tuple(deltas.values()), in_place=False,
                          **common)
     elif deltas_kernel == "chunk":
-        launch_verify_chunk(*args, num_k_heads=num_k_heads, T=T, dot_prec=dot_prec, **deltas, **common)
+        launch_verify_chunk(*args, num_k_heads=num_k_heads, T=T, dot_prec=dot_prec, solve_inverse=solve_inverse,
+                            **deltas, **common)
     else:
         qn, vc, beta = R.scratch
         launch_verify_prepped(*args, num_k_heads=num_k_heads, T=T, qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
                               beta=beta.view(B * T, -1), chunk=deltas_kernel.startswith("prepped_chunk"),
-                              tail=deltas_kernel == "prepped_chunk_tail", dot_prec=dot_prec, **deltas, **common)
+                              tail=deltas_kernel == "prepped_chunk_tail", dot_prec=dot_prec,
+                              solve_inverse=solve_inverse, **deltas, **common)
     return o
 
 

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.causal_conv1d.triton_conv import slide_window
-from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, l2norm_rows
+from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, inv_unit_lower, l2norm_rows
 
 
 def token_tile(T: int) -> int:
@@ -82,6 +82,8 @@ def gdn_verify_chunk_kernel(
     FUSE_NORM: tl.constexpr, NORM_EPS: tl.constexpr, HAS_CONV_BIAS: tl.constexpr, DOT_PREC: tl.constexpr,
     PREPPED: tl.constexpr,
     TAIL: tl.constexpr,   # 1: the last token runs as one token-by-token step after the tile (T - 1 <= TP; PREPPED)
+    SOLVE_INV: tl.constexpr = False,  # solve with inv_unit_lower (LOG2TP = log2(TP)) instead of forward substitution
+    LOG2TP: tl.constexpr = 4,
 ):
     iv, h, bi = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     R: tl.constexpr = HV // HK
@@ -138,10 +140,13 @@ def gdn_verify_chunk_kernel(
     out = eG[:, None] * tl.dot(q, S0, input_precision=DOT_PREC)
     if (iv == 0) & (h % R == 0) & (not PREPPED):
         tl.store(dk + (rows[:, None] * HK + kh) * DK + ck[None, :], k, mask=m2)
-    for i in range(1, NT):  # forward substitution: row i of U <- rhs_i - sum_{j<i} A[i, j] U[j]
-        sel = (t == i)[:, None]
-        a_i = tl.sum(tl.where(sel, A, 0.0), axis=0)  # [TP] by column j
-        U = tl.where(sel, U - tl.sum(a_i[:, None] * U, axis=0)[None, :], U)
+    if SOLVE_INV:  # U = (I + A)^{-1} rhs with the inverse by products: no row-by-row loop
+        U = tl.dot(inv_unit_lower(A, LOG2TP), U, input_precision="ieee")
+    else:
+        for i in range(1, NT):  # forward substitution: row i of U <- rhs_i - sum_{j<i} A[i, j] U[j]
+            sel = (t == i)[:, None]
+            a_i = tl.sum(tl.where(sel, A, 0.0), axis=0)  # [TP] by column j
+            U = tl.where(sel, U - tl.sum(a_i[:, None] * U, axis=0)[None, :], U)
     out += tl.dot(M, U, input_precision=DOT_PREC)
     if FUSE_NORM:
         out = out.to(o.dtype.element_ty).to(tl.float32)  # the layer rounds o before the norm
@@ -256,10 +261,11 @@ def commit_deltas_bv(DV: int) -> int:
 def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                         T: int, o, keep_x, keep_ab, dk, du, dg, z=None, norm_weight=None, norm_eps: float = 1e-6,
                         BV: int | None = None, num_warps: int | None = None, dot_prec: str = "tf32",
-                        prepped=None, tail: bool = False) -> None:
+                        prepped=None, tail: bool = False, solve_inverse: bool = False) -> None:
     """Launch gdn_verify_chunk_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV].
     prepped: (qn, vc, beta) filled (with dk, dg, keep_x, keep_ab) by gdn_verify_prep_kernel, or None.
-    tail (needs prepped): the first T - 1 tokens in the tile, the last as one step after it (T 17 in a 16 tile)."""
+    tail (needs prepped): the first T - 1 tokens in the tile, the last as one step after it (T 17 in a 16 tile).
+    solve_inverse: the token solve by (I + A)^{-1} computed with products (no row loop; untimed)."""
     if tail and prepped is None:
         raise ValueError("tail=True needs the prep launch's outputs (prepped)")
     _, HV, DK, DV = state.shape
@@ -270,6 +276,8 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     fuse_norm = z is not None
     TP = token_tile(T - 1 if tail else T)
+    if solve_inverse and TP > 16:  # the powers of A grow with the tile: 7e-5 state error at 32 on repeated keys
+        raise ValueError(f"solve_inverse needs a token tile of 16 (T <= 16, or T 17 with tail); T = {T} has {TP}")
     BV, num_warps = verify_chunk_config(DV, fuse_norm, BV, num_warps)
     dummy = state
     gdn_verify_chunk_kernel[(DV // BV, HV, slots.numel())](
@@ -279,7 +287,8 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
         keep_x, keep_ab, dk, du, dg, *(prepped if prepped is not None else (dk, du, dg)), T,
         HK=num_k_heads, HV=HV, DK=DK, DV=DV, BV=BV, TP=TP, FUSE_NORM=fuse_norm,
         NORM_EPS=float(norm_eps), HAS_CONV_BIAS=conv_bias is not None, DOT_PREC=dot_prec,
-        PREPPED=prepped is not None, TAIL=int(tail), num_warps=num_warps)
+        PREPPED=prepped is not None, TAIL=int(tail), SOLVE_INV=solve_inverse, LOG2TP=TP.bit_length() - 1,
+        num_warps=num_warps)
 
 
 def launch_commit_deltas(dk, du, dg, keep_x, accepted, window, state, slots, *, num_k_heads: int, T: int,
@@ -296,7 +305,8 @@ def launch_commit_deltas(dk, du, dg, keep_x, accepted, window, state, slots, *, 
 def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV: int, num_warps: int,
                                num_stages: int = 2, norm_eps: float = 1e-6, fuse_norm: bool = True,
                                act: str = "*bf16", state: str = "*fp32", has_conv_bias: bool = False,
-                               dot_prec: str = "tf32", prepped: bool = False, tail: bool = False):
+                               dot_prec: str = "tf32", prepped: bool = False, tail: bool = False,
+                               solve_inverse: bool = False):
     """gdn_verify_chunk_kernel for widths of the token tile token_tile(T); T stays a run-time int. prepped: reads the
     prep launch's outputs (triton_verify_prep) instead of computing the conv and norms.
 
@@ -309,9 +319,10 @@ def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV
     types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
                  state=state, slots=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F, keep_x=P, keep_ab=P,
                  dk=F, du=F, dg=F, qn=F, vc=P, beta_in=F, T=i32)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, TP=token_tile(T - 1 if tail else T), FUSE_NORM=fuse_norm,
+    TP = token_tile(T - 1 if tail else T)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, TP=TP, FUSE_NORM=fuse_norm,
                  NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec, PREPPED=prepped,
-                 TAIL=int(tail))
+                 TAIL=int(tail), SOLVE_INV=solve_inverse, LOG2TP=TP.bit_length() - 1)
     return aot_signature_of(gdn_verify_chunk_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
 
 

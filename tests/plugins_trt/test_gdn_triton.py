@@ -266,7 +266,8 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
         report(f"commit({mode}) window seq{i} n={n}", rel(window[sl], wr))
 
 
-@pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk", "prepped_chunk_tail"])
+@pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk", "prepped_chunk_tail",
+                                    "chunk-inverse", "prepped_chunk_tail-inverse"])
 @pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
 def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     """Mode "deltas", filled by either verify kernel (the chunk form at both token tiles, 16 and 32, or token
@@ -280,8 +281,15 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     window, state = s.window.clone(), s.state.clone()
     rb = VerifyRollback.empty(B, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
     assert rb.mode == "deltas"
+    kernel, inverse = kernel.removesuffix("-inverse"), kernel.endswith("-inverse")  # "-inverse": solve by products
+    if inverse and kernel == "chunk" and K > 16:  # a 32-token tile: refused (accuracy)
+        with pytest.raises(ValueError, match="solve_inverse"):
+            launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb,
+                              deltas_kernel=kernel, solve_inverse=True)
+        return
     o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb, conv_bias=cb,
-                          z=z, norm_weight=norm_w, out=poison(B, K, s.HV, s.DV), deltas_kernel=kernel)
+                          z=z, norm_weight=norm_w, out=poison(B, K, s.HV, s.DV), deltas_kernel=kernel,
+                          solve_inverse=inverse)
     assert torch.equal(window, s.window) and torch.equal(state, s.state), "verify changed a slot"
     assert torch.isnan(o[1]).all(), "a padding row was written"
 
@@ -322,8 +330,9 @@ def test_verify_rejects_a_way_its_rollback_cannot_take():
         VerifyRollback.empty(1, 4, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="snapshots")
 
 
-@pytest.mark.parametrize("kernel", ["chunk", "prepped_chunk", "prepped_chunk_tail"])
-def test_verify_deltas_stays_exact_on_repeated_keys(kernel):
+@pytest.mark.parametrize("kernel,inverse", [("chunk", False), ("prepped_chunk", False), ("prepped_chunk_tail", False),
+                                            ("prepped_chunk_tail", True)])
+def test_verify_deltas_stays_exact_on_repeated_keys(kernel, inverse):
     """The same input for every token (equal keys, beta near 1, slow decay) is where a triangular solve
     loses accuracy if done carelessly; the chunk verify must still match the token-by-token reference."""
     s = Shape(2, 4, 16, 32, seed=10)
@@ -336,7 +345,7 @@ def test_verify_deltas_stays_exact_on_repeated_keys(kernel):
     window, state = s.window.clone(), s.state.clone()
     rb = VerifyRollback.empty(1, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
     o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb,
-                          out=poison(1, K, s.HV, s.DV), deltas_kernel=kernel)
+                          out=poison(1, K, s.HV, s.DV), deltas_kernel=kernel, solve_inverse=inverse)
     orf, _, _ = s.ref(x[0], a[0], b[0], s.window[4], s.state[4])
     report("verify(deltas) repeated keys o", rel(o[0], orf))
     launch_gdn_commit(rb, torch.tensor([K], dtype=torch.int32, device=DEV), window, state, slots, s.HK)
@@ -384,7 +393,8 @@ def test_chunked_prefill_matches_reference(dims, lens):
 @pytest.mark.parametrize("dims", SHAPES, ids=SHAPE_IDS)
 def test_chunked_prefill_split_stage1_matches_fused(dims):
     """Stage 1 as two launches (X, then w and u), the fused one reloading its key tiles, and the sliced one (keys
-    and values 16 columns at a time) give the fused stage 1's outputs and state."""
+    and values 16 columns at a time; also with its diagonal blocks inverted by products) give the fused stage 1's
+    outputs and state."""
     s = Shape(*dims, seed=9)
     lens = [70, 5]
     cu = cu_of(lens)
@@ -394,14 +404,16 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
     a, b = ab[:, :s.HV], ab[:, s.HV:]
     slots = torch.tensor([3, 6], dtype=torch.int32, device=DEV)
     outs = []
-    for split, reload_k, sliced in ((False, False, 0), (True, False, 0), (False, True, 0), (False, False, 16)):
+    forms = [dict(wy_slice=0), dict(wy_slice=0, split_wy=True), dict(wy_slice=0, reload_k=True), dict(wy_slice=16),
+             dict(wy_slice=16, wy_inverse=True)]
+    for form in forms:
         state, work = s.state.clone(), {}
         o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
                                 torch.tensor(cu, dtype=torch.int32, device=DEV), cu_seqlens_host=cu,
-                                out=poison(TT, s.HV, s.DV), BV=16, work=work, split_wy=split, reload_k=reload_k,
-                                wy_slice=sliced)
+                                out=poison(TT, s.HV, s.DV), BV=16, work=work, **form)
         outs.append((o, state, work["w"], work["u"]))
-    for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2]), ("sliced stage 1", outs[3])):
+    for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2]), ("sliced stage 1", outs[3]),
+                        ("sliced stage 1, blocks inverted by products", outs[4])):
         for name, x, y in zip(("o", "state", "w", "u"), outs[0], other):
             report(f"{form} vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
 
@@ -473,7 +485,8 @@ def _aot_cases():
                  FUSE_NORM=False, NORM_EPS=1e-6, HAS_CONV_BIAS=False, HAS_LENS=False, STORE_DELTAS=False)
     return {
         "conv_varlen": (tc.conv_varlen_kernel, dict(x=P, stride_x=i32, y=P, stride_y=i32, weight=P, bias=P,
-                        window=P, cu_seqlens=I, slots=I, C=i32), dict(KW=4, WP=4, BT=32, BC=64, HAS_BIAS=False)),
+                        window=P, cu_seqlens=I, slots=I, C=i32), dict(KW=4, WP=4, BT=32, BC=64, HAS_BIAS=False,
+                                                                  CHAN_FIRST=False)),
         "conv_update": (tc.conv_update_kernel, dict(x=P, stride_x=i32, y=P, stride_y=i32, weight=P, bias=P,
                         window=P, slots=I, keep=P, T=i32, C=i32),
                         dict(KW=4, WP=4, BC=256, HAS_BIAS=False, IN_PLACE=False)),
@@ -494,7 +507,7 @@ def _aot_cases():
                        dict(dims, BT=64, BC=16, DOT_PREC="tf32", STORE_X=True, RELOAD_K=False)),
         "chunk_wy_sliced": (chunk_wy_sliced_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, v=P, stride_v=i32,
                             a=P, b=P, stride_ab=i32, A_log=F, dt_bias=F, cu_seqlens=I, chunks=I, w=P, u=P, G=F,
-                            RQ=F, RK=F), dict(dims, BT=64, BC=16, BK=32, DOT_PREC="tf32")),
+                            RQ=F, RK=F), dict(dims, BT=64, BC=16, BK=32, DOT_PREC="tf32", INV=False)),
         "chunk_wu": (chunk_wu_kernel, dict(k=P, stride_k=i32, v=P, stride_v=i32, a=P, b=P, stride_ab=i32, A_log=F,
                      dt_bias=F, cu_seqlens=I, chunks=I, X=P, G=F, RK=F, w=P, u=P),
                      dict(dims, BT=64, DOT_PREC="tf32")),
@@ -567,8 +580,10 @@ def _fla_kwargs(s: Shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("form", [{}, {"wy_slice": 0}, {"split_wy": True}, {"wy_slice": 64, "wy_warps": 4}],
-                         ids=["default-sliced-stage1", "held-stage1", "split-stage1", "sliced-stage1-bk64"])
+@pytest.mark.parametrize("form", [{}, {"wy_inverse": True}, {"wy_slice": 0}, {"split_wy": True},
+                                  {"wy_slice": 64, "wy_warps": 4}],
+                         ids=["default-sliced-stage1", "sliced-stage1-inverse", "held-stage1", "split-stage1",
+                              "sliced-stage1-bk64"])
 @pytest.mark.parametrize("model", list(MODELS))
 def test_gpu_chunked_prefill_real_shapes(model, form):
     HK, HV, D = MODELS[model]
@@ -628,15 +643,17 @@ def test_gpu_decode_and_verify_real_shapes(model):
         of, _ = fla[1](q.view(1, 1, HK, D), k.view(1, 1, HK, D), v.view(1, 1, HV, D), g=a[:1].view(1, 1, HV),
                        beta=b[:1].view(1, 1, HV), initial_state=s.state[slots[:1].long()], **_fla_kwargs(s))
         print(f"    fla decode seq0 vs atlas: {rel(o[0], of[0, 0].float()):.2e}")
-    for mode, kernel in (("states", None), ("deltas", "chunk"), ("deltas", "recurrent"), ("deltas", "prepped"),
-                         ("deltas", "prepped_chunk"), ("deltas", "prepped_chunk_tail")):
+    for mode, kernel, inverse in (("states", None, False), ("deltas", "chunk", False), ("deltas", "recurrent", False),
+                                  ("deltas", "prepped", False), ("deltas", "prepped_chunk", False),
+                                  ("deltas", "prepped_chunk_tail", False), ("deltas", "prepped_chunk_tail", True)):
         for K in (4, 17):
             x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
             window, state = s.window.clone(), s.state.clone()
             rb = VerifyRollback.empty(2, K, s.C, HV, D, D, torch.bfloat16, DEV, mode=mode)
             o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots[:2], HK, rb,
-                                  out=poison(2, K, HV, D, dtype=torch.bfloat16), deltas_kernel=kernel)
-            way = f"{mode}, {kernel}" if kernel else mode
+                                  out=poison(2, K, HV, D, dtype=torch.bfloat16), deltas_kernel=kernel,
+                                  solve_inverse=inverse)
+            way = f"{mode}, {kernel}{', inverse' if inverse else ''}" if kernel else mode
             accepted = torch.tensor([K // 2 + 1, K], dtype=torch.int32, device=DEV)
             launch_gdn_commit(rb, accepted, window, state, slots[:2], HK)
             for i, sl in enumerate(slots[:2].tolist()):
