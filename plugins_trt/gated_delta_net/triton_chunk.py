@@ -32,7 +32,8 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
-from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel, chunk_wy_sliced_kernel
+from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
+from atlas.plugins_trt.gated_delta_net.triton_chunk_wy_sliced import chunk_wy_sliced_kernel
 
 CHUNK = 64
 

@@ -472,8 +472,8 @@ def _aot_cases():
     from atlas.plugins_trt.causal_conv1d import triton_conv as tc
     from atlas.plugins_trt.gated_delta_net.triton_chunk import chunk_state_kernel
     from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
-    from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import (chunk_wu_kernel, chunk_wy_kernel,
-                                                                    chunk_wy_sliced_kernel)
+    from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
+    from atlas.plugins_trt.gated_delta_net.triton_chunk_wy_sliced import chunk_wy_sliced_kernel
     from atlas.plugins_trt.gated_delta_net.triton_recurrent import gdn_recurrent_kernel
     from atlas.plugins_trt.gated_delta_net.triton_verify import gdn_commit_kernel
     P, F, I, i32 = "*bf16", "*fp32", "*i32", "i32"
