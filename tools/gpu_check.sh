@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gemm|gdn|dev|all]   (dev: per-launch GDN timings and sweeps, not part of all)
+#   bash tools/gpu_check.sh [tests|gemm|gdn|dev|gluon|all]   (dev: per-launch GDN timings and sweeps; gluon: the
+#   Gluon NVFP4 GEMV experiment, checked and timed; neither is part of all)
 set -u
 source tools/gpu_env.sh
 out=${OUT:-/tmp/out}
@@ -26,4 +27,7 @@ if [ "$what" = dev ]; then  # per-launch prefill stages (every stage's tiles, fl
         --out "$out/gdn_stages.json" 2>&1 | tee "$out/gdn_stages.log" | grep -a "stage\|fla config" | tail -60
     python3 -m atlas.tools.bench_gdn --sweep verify_tail,verify_inverse --prefill "" --decode "" --verify-k "" \
         --out "$out/gdn_sweep.json" 2>&1 | tee "$out/gdn_sweep.log" | grep -a "sweep" | tail -20
+fi
+if [ "$what" = gluon ]; then  # the Gluon mma.sync NVFP4 GEMV (tools/dev/nvfp4_gluon_gemv.py): correctness + timing
+    python3 -m atlas.tools.dev.nvfp4_gluon_gemv 2>&1 | tee "$out/nvfp4_gluon_gemv.log" | grep -a " M=\|Error" | tail -30
 fi

@@ -45,3 +45,23 @@ def test_merge_into_replaces_only_the_groups_timed_again():
     assert [(c["kind"], c["atlas_us"]) for c in out["cases"]] == [("prefill", 1.0), ("verify", 3.0)]
     assert out["runs"][0]["groups"] == [("m", "prefill")] and out["runs"][1]["groups"] == [("m", "verify")]
     assert out["runs"][1]["copy_bandwidth_Bps"] == 2.0 and out["summary"]["min_verify_speedup_vs_fla"] == 2.0
+
+
+def test_resummarize_repicks_a_prefill_timed_before_the_sliced_default(tmp_path):
+    """A prefill case recorded when the held stage 1 was the default gets the sliced form's time as atlas_us (the
+    held time kept under its form's name); a case already timed with the new default is left alone."""
+    from atlas.tools import bench_gdn as bg
+
+    old = {"kind": "prefill", "model": "qwen3.5-27b", "T": 4096, "B": 1, "floor_bytes": 4.0e6, "fla_us": 600.0,
+           "atlas_us": 630.0, "atlas_timing": "graph", f"atlas_{bg.PREFILL_DEFAULT}_us": 580.0,
+           f"atlas_{bg.PREFILL_DEFAULT}_timing": "graph"}
+    new = {"kind": "prefill", "model": "qwen3-next-80b", "T": 4096, "B": 1, "floor_bytes": 4.0e6, "fla_us": 500.0,
+           "atlas_us": 450.0, "atlas_timing": "graph", "atlas_way": bg.PREFILL_DEFAULT, "speedup_vs_fla": 500.0 / 450.0,
+           "atlas_fraction_of_floor": 1.0 / 450.0}
+    path = tmp_path / "gdn.json"
+    path.write_text(json.dumps({"copy_bandwidth_Bps": 4.0e12, "cases": [old, new]}))
+    assert bg.main(["--resummarize", str(path)]) == 0
+    a, b = json.loads(path.read_text())["cases"]
+    assert a["atlas_us"] == 580.0 and a["atlas_held_wy_us"] == 630.0 and a["atlas_way"] == bg.PREFILL_DEFAULT
+    assert a["speedup_vs_fla"] == pytest.approx(600.0 / 580.0)
+    assert b["atlas_us"] == 450.0 and "atlas_held_wy_us" not in b
