@@ -43,9 +43,11 @@ def linear_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> list[t
     return sorted(out)
 
 
-def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int) -> list[dict]:
-    """Configs of the bucket whose grid gives the chip enough programs, best guess first."""
-    same = [c for c in configs if c["BLOCK_M"] == bucket]
+def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int, k: int | None = None) -> list[dict]:
+    """Configs of the bucket whose grid gives the chip enough programs, best guess first. The Gluon configs
+    (K % BLOCK_K == 0 only) are kept when k is given, as the last way: a build without timing takes the first."""
+    same = [c for c in configs if c["BLOCK_M"] == bucket
+            and not (c.get("GLUON") and (k is None or k % c["BLOCK_K"]))]
 
     def programs(c):
         return math.ceil(n / c["BLOCK_N"]) * c["SPLIT_K"]
@@ -55,10 +57,10 @@ def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int) -> list
     # the ways a config can run: CUDA cores with plain or pipelined loads, tensor cores; each gets its share
     ways = {}
     for c in ranked:
-        ways.setdefault((bool(c.get("TC")), c.get("PIPE", 1) > 1), []).append(c)
+        ways.setdefault((bool(c.get("GLUON")), bool(c.get("TC")), c.get("PIPE", 1) > 1), []).append(c)
     picked = []
     for i in range(most):
-        for way in ways.values():
+        for way in (ways[w] for w in sorted(ways, key=lambda w: w[0])):  # Gluon last
             if i < len(way) and len(picked) < most:
                 picked.append(way[i])
     return picked
@@ -135,7 +137,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
         for bucket in GEMV_BUCKETS + GEMM_BUCKETS:
             if bucket in GEMV_BUCKETS:
                 configs = gemv.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else gemv.CONFIGS_fp8_gemv
-                cands = gemv_candidates(configs, bucket, n, candidates_per_bucket)
+                cands = gemv_candidates(configs, bucket, n, candidates_per_bucket, k)
             else:  # cuBLASLt's FP8 GEMM takes N and K multiples of 16 only
                 cands = [c for c in (gemm.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else gemm.CONFIGS_fp8_gemm)
                          if not (c.get("CUBLAS") and (n % 16 or k % 16))]

@@ -100,7 +100,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[
             def run8(cfg, qt):
                 return gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=out)
 
-            cands4 = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, gemv.gemv_bucket(m), n, most)
+            cands4 = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, gemv.gemv_bucket(m), n, most, k)
             cands8 = gemv_candidates(gemv.CONFIGS_fp8_gemv, gemv.gemv_bucket(m), n, most)
             kind = "gemv"
         else:

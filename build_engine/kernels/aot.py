@@ -115,7 +115,10 @@ def compile_kernel(spec: KernelSpec, arch: int = 90) -> CompiledKernel:
     """Compile `spec` into an sm_<arch> cubin; needs no GPU."""
     index = {k: i for i, k in enumerate(spec.signature)}
     attrs = {(index[k],): [["tt.divisibility", 16]] for k in spec.divisible_by_16}
-    src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=attrs)
+    source = ASTSource
+    if getattr(spec.fn, "is_gluon", lambda: False)():  # a @gluon.jit kernel (explicit layouts)
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    src = source(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=attrs)
     try:
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})

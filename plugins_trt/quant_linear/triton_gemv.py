@@ -433,7 +433,7 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
 
 # ---- configs (H200: 132 SMs, 4.2 TB/s) -----------------------------------------------------------------------
 
-def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=()) -> list[dict]:
+def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=()) -> list[dict]:
     """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket. fma_tiles serve bucket 1 (a fourth
     entry is PIPE: the K loop's loads go through shared memory with cp.async, that many stages deep), dot_tiles
     buckets 2..16; tc_tiles (num_stages last) give split-position tensor-core configs ("TC": True) for every
@@ -452,6 +452,10 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=()) -> list[dict]:
             for split in (1, 2, 4, 8):
                 out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
                             "num_warps": warps, "num_stages": stages, "TC": True})
+        for bn, bk, warps in gluon_tiles:  # gluon_gemv.nvfp4_gemv_mma_kernel, any bucket (K % BLOCK_K == 0)
+            for split in (1, 2, 4, 8):
+                out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
+                            "num_warps": warps, "num_stages": 1, "GLUON": True})
     return out
 
 
@@ -459,8 +463,11 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=()) -> list[dict]:
 # SPLIT_K makes enough programs for N = 4096-class layers. Tensor-core path: cp.async pipelined, 3 stages.
 _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8)]
 _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2), (128, 256, 8, 2)]
+# Gluon mma.sync tiles (BLOCK_N, BLOCK_K, warps): not yet run on a GPU; the build's check against the fp32
+# reference decides whether one is used (see gluon_gemv.py)
+_GLUON_TILES = [(64, 128, 4), (128, 128, 4), (64, 256, 4), (128, 256, 4)]
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
-                                    (128, 512, 8)] + _PIPE_TILES, _DOT_TILES)
+                                    (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""
 # fp8: the split-position tensor-core path serves every bucket (fastest at M >= 2 on the H200, and at M = 1 on some
 # shapes, see NOTES.md section 4); bucket 1 also keeps the CUDA-core tiles.
@@ -533,15 +540,23 @@ def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: d
     return AotSignature(fn, sig, dict(constexprs), div, config["num_warps"], config["num_stages"], grid_formula)
 
 
+def ast_source(fn):
+    """triton.compiler.ASTSource, or Gluon's for a @gluon.jit function."""
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return GluonASTSource
+    from triton.compiler import ASTSource
+    return ASTSource
+
+
 def compile_aot(spec: AotSignature, arch: int = 90):
     """Compile one kernel instance for CUDA compute capability `arch` (no GPU needed): a triton CompiledKernel
     whose .asm holds 'ttgir', 'ptx' and 'cubin' and whose .metadata has name, shared (dynamic shared memory
     bytes), num_warps and the scratch sizes. (The build stage uses atlas.build_engine.kernels.compile_kernel on
     spec.kernel_spec(...), which does the same and checks the result against the runtime launcher.)"""
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
+    src = ast_source(spec.fn)(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
                           options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
 
@@ -568,8 +583,16 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
              "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
-    return aot_signature(nvfp4_gemv_kernel, types, ints, _gemv_constexprs(config, has_bias, has_residual), config,
-                         GEMV_GRID)
+    return aot_signature(_nvfp4_gemv_fn(config), types, ints, _gemv_constexprs(config, has_bias, has_residual),
+                         config, GEMV_GRID)
+
+
+def _nvfp4_gemv_fn(config: dict):
+    """nvfp4_gemv_kernel, or with "GLUON" its Gluon drop-in (gluon_gemv.nvfp4_gemv_mma_kernel, K % BLOCK_K == 0)."""
+    if not config.get("GLUON"):
+        return nvfp4_gemv_kernel
+    from atlas.plugins_trt.quant_linear.gluon_gemv import nvfp4_gemv_mma_kernel
+    return nvfp4_gemv_mma_kernel
 
 
 def _fp8_path(config: dict) -> dict:
@@ -672,7 +695,9 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
             or tuple(weight_scale_2.shape) != (N,)):
         raise ValueError("nvfp4 weight must be u8 [N, K/2] with e4m3 weight_scale [N, K/16] and f32 "
                          "weight_scale_2 [N].")
-    return _run_gemv(nvfp4_gemv_kernel, x, (weight, weight_scale, weight_scale_2),
+    if config.get("GLUON") and K % config["BLOCK_K"]:
+        raise ValueError(f"the Gluon GEMV needs K % BLOCK_K == 0, got K = {K}, BLOCK_K = {config['BLOCK_K']}")
+    return _run_gemv(_nvfp4_gemv_fn(config), x, (weight, weight_scale, weight_scale_2),
                      (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace)
 
 

@@ -1,0 +1,148 @@
+"""NVFP4 GEMV for M = 1..16 in Gluon: mma.sync m16n8k16 with the weights decoded straight into the A-operand registers
+(swap-AB: acc[BLOCK_N, MP] += W[BLOCK_N, BLOCK_K] @ x^T[BLOCK_K, MP], MP = 8 or 16 rows of x, zero-padded).
+
+A drop-in for `triton_gemv.nvfp4_gemv_kernel` (same parameters, grid and outputs: the build times it as one more way,
+configs with "GLUON": True), written in Gluon because the Triton GEMVs lose either the instruction count (CUDA
+cores: ~4.6 instructions a weight element, issue-bound at 0.47-0.58 of the copy bandwidth on the H200) or the
+layout (tensor cores: the decoded tile goes through shared memory, or the loads lose their width). Here every
+layout is written out (`gl.DistributedLinearLayout`) and every layout change is `convert_layout(...,
+assert_trivial=True)`, so the compiler refuses any data movement between threads:
+
+  * k is permuted inside each BLOCK_K block, the same way for the weights and for x (a dot product does not
+    care): the thread owning quarter i of a block holds, for mma k-tile r, logical k = 16r + 2i + {0, 1, 8, 9},
+    stored at physical k' = (BLOCK_K/4)·i + 4r + {0, 1, 2, 3}. Each thread then reads BLOCK_K/32 contiguous int32
+    words a row and BLOCK_K/4 contiguous x values (16-byte loads), and word j = (BLOCK_K/32)·i + r // 2 holds
+    exactly its elements.
+  * one PTX op per bf16x2 pair (the shl shared by a word's 4 pairs, prmt, shr, and, a bf16x2 multiply by the
+    block scale: 17 instructions a word), returning int32 so that the reorder into the A operand's register
+    order renames 32-bit values; a final mov reinterprets them as bf16 pairs.
+  * sm_90 SASS (compiled on the CPU, `python -m atlas.tools.dev.nvfp4_gluon_gemv --sass`): 2.66-3.6 instructions a
+    weight element in the loop, no shared memory, no spills.
+
+Gluon kernels cannot run in Triton's interpreter; the GPU check is `python -m atlas.tools.dev.nvfp4_gluon_gemv`
+and the GPU tests of test_quant_linear_triton.py.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+S_UP = gl.constexpr(2.0 ** 118)  # decoded value = E2M1 * scale * 2^-8 (as in triton_gemv.nvfp4_tile_bf16)
+_SEL = ("0x4800", "0x5910", "0x6A20", "0x7B30")  # triton_gemv._PAIR_SEL
+
+
+def _pair_asm(i: int) -> str:
+    """int32 word w, bf16 scale S -> the bf16x2 of nibbles 2i, 2i + 1 (E2M1 * S * 2^-126) as int32."""
+    return ("{ .reg .b32 q, p, s2; shl.b32 q, $1, 4; mov.b32 s2, {$2, $2}; prmt.b32 p, q, $1, " + _SEL[i] + "; "
+            "shr.s32 p, p, 6; and.b32 p, p, 0x81C081C0; mul.rn.bf16x2 $0, p, s2; }")
+
+
+P0, P1, P2, P3 = (gl.constexpr(_pair_asm(i)) for i in range(4))
+UNPACK = gl.constexpr("mov.b32 $0, $1;")
+
+
+@gluon.constexpr_function
+def words_layout(BN, KW, NW, HALF):
+    """int32 words [BN, KW] (row n, word j; HALF: one entry a word pair, [BN, KW / 2], for the block scales):
+    registers walk the thread's contiguous words, then row n + 8 and the row repeats; lanes 0-1 pick the quarter
+    of the block, lanes 2-4 and the warps the rows (those of the mma A operand)."""
+    BN, KW, NW, HALF = (getattr(v, "value", v) for v in (BN, KW, NW, HALF))
+    RP = KW // 4 // (2 if HALF else 1)
+    reg = [[0, 1 << b] for b in range(RP.bit_length() - 1)] + [[8, 0]] + [
+        [16 * NW << b, 0] for b in range((BN // (16 * NW)).bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=[[0, RP], [0, 2 * RP], [1, 0], [2, 0], [4, 0]],
+                                      warp_bases=[[16 << b, 0] for b in range(NW.bit_length() - 1)], block_bases=[],
+                                      shape=[BN, KW // (2 if HALF else 1)])
+
+
+@gluon.constexpr_function
+def pairs_layout(BN, BK, NW):
+    """The A operand's layout without its k + 1 basis: int32 [BN, BK/2], each the bf16x2 of (k, k + 1)."""
+    BN, BK, NW = (getattr(v, "value", v) for v in (BN, BK, NW))
+    reg = [[8, 0]] + [[0, 4 << b] for b in range((BK // 8).bit_length() - 1)] + [
+        [16 * NW << b, 0] for b in range((BN // (16 * NW)).bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
+                                      warp_bases=[[16 << b, 0] for b in range(NW.bit_length() - 1)], block_bases=[],
+                                      shape=[BN, BK // 2])
+
+
+@gluon.constexpr_function
+def x_layout(BK, MP, NW):
+    """x [MP, BK] in physical order: lane l holds row l // 4 (and + 8 for MP 16) and the contiguous quarter l % 4
+    of the block; the warps replicate it."""
+    BK, MP, NW = (getattr(v, "value", v) for v in (BK, MP, NW))
+    q = BK // 4
+    reg = [[0, 1 << b] for b in range(q.bit_length() - 1)] + ([[8, 0]] if MP == 16 else [])
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=[[0, q], [0, 2 * q], [1, 0], [2, 0], [4, 0]],
+                                      warp_bases=[[0, 0]] * (NW.bit_length() - 1), block_bases=[], shape=[MP, BK])
+
+
+@gluon.jit
+def _pair(wd, sc, ASM: gl.constexpr):
+    return gl.inline_asm_elementwise(ASM, "=r,r,h", [wd, sc], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                          M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
+                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1):
+    """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
+    outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE is unused."""
+    NW: gl.constexpr = gl.num_warps()
+    MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
+    BK: gl.constexpr = BLOCK_K
+    BN: gl.constexpr = BLOCK_N
+    KW: gl.constexpr = BK // 8
+    RP: gl.constexpr = BK // 32
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1], instr_shape=[16, 8])
+    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    bL: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    wL: gl.constexpr = words_layout(BN, KW, NW, False)
+    sL: gl.constexpr = words_layout(BN, KW, NW, True)
+    pL: gl.constexpr = pairs_layout(BN, BK, NW)
+    xL: gl.constexpr = x_layout(BK, MP, NW)
+    pid, pk = gl.program_id(0), gl.program_id(1)
+    nb = K // BK
+    per = (nb + SPLIT_K - 1) // SPLIT_K
+    b_lo = pk * per
+    b_hi = gl.minimum(b_lo + per, nb)
+    rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
+    w_rows = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
+        + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
+    srows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
+    s_rows = ws_ptr + srows[:, None] * stride_sn + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
+    xm = gl.arange(0, MP, layout=gl.SliceLayout(1, xL))
+    x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
+    xmask = (xm < M)[:, None]
+    acc = gl.zeros([BN, MP], gl.float32, layout=mma)
+    for kb in range(b_lo, b_hi):
+        wd = gl.load(w_rows + kb * KW)
+        sc = (gl.load(s_rows + kb * (BK // 16)).to(gl.float32) * S_UP).to(gl.bfloat16)  # exact (4 significant bits)
+        sc = gl.convert_layout(gl.reshape(gl.join(sc, sc), [BN, KW]), wL, assert_trivial=True)  # one a word
+        p0 = _pair(wd, sc, P0)
+        p1 = _pair(wd, sc, P1)
+        p2 = _pair(wd, sc, P2)
+        p3 = _pair(wd, sc, P3)
+        t = gl.join(gl.join(p0, p1), gl.join(p2, p3))   # int32 [BN, KW, c, b]: bf16x2 of nibbles 4c + 2b + {0, 1}
+        t = gl.reshape(t, [BN, 2, 2, RP, 2, 2])         # n, i1, i0, rhi, r0, s1 (k = s0 + 2i0 + 4i1 + 8s1 + 16r0 + 32rhi)
+        t = gl.permute(t, [0, 3, 4, 5, 1, 2])            # n, rhi, r0, s1, i1, i0
+        t = gl.convert_layout(gl.reshape(t, [BN, BK // 2]), pL, assert_trivial=True)  # 32-bit values renamed
+        u = gl.inline_asm_elementwise(UNPACK, "=r,r,r", [gl.join(t, t)], dtype=gl.bfloat16, is_pure=True, pack=2)
+        a = gl.convert_layout(gl.reshape(u, [BN, BK]), aL, assert_trivial=True)
+        xv = gl.load(x_rows + kb * BK, mask=xmask, other=0.0)  # [MP, BK] physical: i1, i0, rhi, r0, s1, s0
+        xv = gl.permute(gl.reshape(xv, [MP, 2, 2, RP, 2, 2, 2]), [3, 4, 5, 1, 2, 6, 0])  # rhi, r0, s1, i1, i0, s0, m
+        b = gl.convert_layout(gl.reshape(xv, [BK, MP]), bL, assert_trivial=True)
+        acc = mma_v2(a, b, acc)
+    cn = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
+    cm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
+    y = acc * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode
+    mask = (cm < M)[None, :] & (cn < N)[:, None]
+    if HAS_BIAS:
+        y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
+    if HAS_RESIDUAL:
+        y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
+    gl.store(out_ptr + pk * M * stride_om + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
