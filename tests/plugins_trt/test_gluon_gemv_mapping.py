@@ -1,0 +1,58 @@
+"""The Gluon NVFP4 GEMV (plugins_trt/quant_linear/gluon_gemv.py) cannot run in Triton's interpreter. What can be checked
+on the CPU: its PTX pair decode, emulated instruction by instruction with the module's prmt selectors, is exact for
+every nibble; and its k permutation (the reshape / permute chains of the weight pairs and of x in the kernel) keeps
+the dot product: logical k -> physical k' = (BK/4)·i + 4r + 2·s1 + s0 for both operands."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("triton.experimental.gluon")
+
+E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def _prmt(a: int, b: int, sel: int) -> int:
+    """PTX prmt.b32 (default mode): output byte i = byte (sel nibble i & 7) of b:a, or its sign replicated (bit 3)."""
+    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    out = 0
+    for i in range(4):
+        c = (sel >> (4 * i)) & 0xF
+        v = src[c & 7]
+        out |= ((0xFF if v & 0x80 else 0) if c & 8 else v) << (8 * i)
+    return out
+
+
+def _bf16(h: int) -> float:
+    return float(np.array([h << 16], dtype=np.uint32).view(np.float32)[0])
+
+
+def test_pair_decode_is_exact_for_every_nibble():
+    from atlas.plugins_trt.quant_linear.gluon_gemv import _SEL, _pair_asm
+
+    rng = np.random.default_rng(0)
+    for i, sel in enumerate(_SEL):
+        assert f"prmt.b32 p, q, $1, {sel};" in _pair_asm(i)  # the emulation below follows the asm's ops
+    for w in [int(v) for v in rng.integers(0, 2 ** 32, 3000)] + [0, 0xFFFFFFFF, 0x88888888, 0x77777777]:
+        for i, sel in enumerate(_SEL):
+            p = _prmt((w << 4) & 0xFFFFFFFF, w, int(sel, 16))  # shl.b32 q, w, 4; prmt.b32 p, q, w, sel
+            p = ((p - (1 << 32) if p & 0x80000000 else p) >> 6) & 0xFFFFFFFF  # shr.s32 p, p, 6
+            p &= 0x81C081C0  # and.b32
+            lo, hi = _bf16(p & 0xFFFF) * 2.0 ** 126, _bf16(p >> 16) * 2.0 ** 126
+            assert lo == E2M1[(w >> (8 * i)) & 0xF] and hi == E2M1[(w >> (8 * i + 4)) & 0xF], (hex(w), i)
+
+
+@pytest.mark.parametrize("BK", [64, 128, 256])
+def test_k_permutation_keeps_the_dot(BK):
+    rng = np.random.default_rng(BK)
+    BN, MP, RP = 16, 8, BK // 32
+    W, X = rng.standard_normal((BN, BK)), rng.standard_normal((MP, BK))  # one block, physical order
+    words = W.reshape(BN, BK // 8, 8)  # word j holds k' = 8j + t
+    p = [words[:, :, 2 * a:2 * a + 2] for a in range(4)]  # pair a: nibbles 2a, 2a + 1 (the 2 halves of an int32)
+    t = np.stack([np.stack([p[0], p[1]], axis=2), np.stack([p[2], p[3]], axis=2)], axis=2)  # join(join, join)
+    A = t.reshape(BN, 2, 2, RP, 2, 2, 2).transpose(0, 3, 4, 5, 1, 2, 6).reshape(BN, BK)  # as in the kernel
+    B = X.reshape(MP, 2, 2, RP, 2, 2, 2).transpose(3, 4, 5, 1, 2, 6, 0).reshape(BK, MP)
+    np.testing.assert_allclose(A @ B, W @ X.T, rtol=1e-12, atol=1e-12)
+    k = np.arange(BK)
+    s0, i0, i1, s1, r0, rhi = k & 1, (k >> 1) & 1, (k >> 2) & 1, (k >> 3) & 1, (k >> 4) & 1, k >> 5
+    phys = (BK // 4) * (2 * i1 + i0) + 4 * (2 * rhi + r0) + 2 * s1 + s0
+    assert np.array_equal(A, W[:, phys]) and np.array_equal(B, X[:, phys].T)
