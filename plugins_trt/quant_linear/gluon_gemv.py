@@ -85,12 +85,44 @@ def _pair(wd, sc, ASM: gl.constexpr):
 
 
 @gluon.jit
+def _scales(sr, BN: gl.constexpr, KW: gl.constexpr, wL: gl.constexpr):
+    """e4m3 block scales [BN, KW/2] -> bf16 scale * 2^118, one a word [BN, KW] (exact: 4 significant bits)."""
+    sc = (sr.to(gl.float32) * S_UP).to(gl.bfloat16)
+    return gl.convert_layout(gl.reshape(gl.join(sc, sc), [BN, KW]), wL, assert_trivial=True)
+
+
+@gluon.jit
+def _x_operand(xv, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, bL: gl.constexpr):
+    """x [MP, BK] in physical order (i1, i0, rhi, r0, s1, s0) -> the B operand [BK, MP] in logical k order."""
+    xv = gl.permute(gl.reshape(xv, [MP, 2, 2, RP, 2, 2, 2]), [3, 4, 5, 1, 2, 6, 0])  # rhi, r0, s1, i1, i0, s0, m
+    return gl.convert_layout(gl.reshape(xv, [BK, MP]), bL, assert_trivial=True)
+
+
+@gluon.jit
+def _block(acc, wd, sc, b, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL: gl.constexpr,
+           aL: gl.constexpr):
+    """acc += W_block @ x_block^T from one block's words wd [BN, KW], scales sc (_scales) and B operand b."""
+    p0 = _pair(wd, sc, P0)
+    p1 = _pair(wd, sc, P1)
+    p2 = _pair(wd, sc, P2)
+    p3 = _pair(wd, sc, P3)
+    t = gl.join(gl.join(p0, p1), gl.join(p2, p3))   # int32 [BN, KW, c, b]: bf16x2 of nibbles 4c + 2b + {0, 1}
+    t = gl.reshape(t, [BN, 2, 2, RP, 2, 2])         # n, i1, i0, rhi, r0, s1 (k = s0 + 2i0 + 4i1 + 8s1 + 16r0 + 32rhi)
+    t = gl.permute(t, [0, 3, 4, 5, 1, 2])            # n, rhi, r0, s1, i1, i0
+    t = gl.convert_layout(gl.reshape(t, [BN, BK // 2]), pL, assert_trivial=True)  # 32-bit values renamed
+    u = gl.inline_asm_elementwise(UNPACK, "=r,r,r", [gl.join(t, t)], dtype=gl.bfloat16, is_pure=True, pack=2)
+    a = gl.convert_layout(gl.reshape(u, [BN, BK]), aL, assert_trivial=True)
+    return mma_v2(a, b, acc)
+
+
+@gluon.jit
 def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                           M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
-    outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE is unused."""
+    outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
+    block's loads are issued before this block's math (registers two deep)."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -118,24 +150,23 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
     xmask = (xm < M)[:, None]
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
-    for kb in range(b_lo, b_hi):
-        wd = gl.load(w_rows + kb * KW)
-        sc = (gl.load(s_rows + kb * (BK // 16)).to(gl.float32) * S_UP).to(gl.bfloat16)  # exact (4 significant bits)
-        sc = gl.convert_layout(gl.reshape(gl.join(sc, sc), [BN, KW]), wL, assert_trivial=True)  # one a word
-        p0 = _pair(wd, sc, P0)
-        p1 = _pair(wd, sc, P1)
-        p2 = _pair(wd, sc, P2)
-        p3 = _pair(wd, sc, P3)
-        t = gl.join(gl.join(p0, p1), gl.join(p2, p3))   # int32 [BN, KW, c, b]: bf16x2 of nibbles 4c + 2b + {0, 1}
-        t = gl.reshape(t, [BN, 2, 2, RP, 2, 2])         # n, i1, i0, rhi, r0, s1 (k = s0 + 2i0 + 4i1 + 8s1 + 16r0 + 32rhi)
-        t = gl.permute(t, [0, 3, 4, 5, 1, 2])            # n, rhi, r0, s1, i1, i0
-        t = gl.convert_layout(gl.reshape(t, [BN, BK // 2]), pL, assert_trivial=True)  # 32-bit values renamed
-        u = gl.inline_asm_elementwise(UNPACK, "=r,r,r", [gl.join(t, t)], dtype=gl.bfloat16, is_pure=True, pack=2)
-        a = gl.convert_layout(gl.reshape(u, [BN, BK]), aL, assert_trivial=True)
-        xv = gl.load(x_rows + kb * BK, mask=xmask, other=0.0)  # [MP, BK] physical: i1, i0, rhi, r0, s1, s0
-        xv = gl.permute(gl.reshape(xv, [MP, 2, 2, RP, 2, 2, 2]), [3, 4, 5, 1, 2, 6, 0])  # rhi, r0, s1, i1, i0, s0, m
-        b = gl.convert_layout(gl.reshape(xv, [BK, MP]), bL, assert_trivial=True)
-        acc = mma_v2(a, b, acc)
+    if PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math
+        kb0 = gl.minimum(b_lo, nb - 1)  # an empty split loads block nb - 1 and never uses it
+        wd = gl.load(w_rows + kb0 * KW)
+        sc = _scales(gl.load(s_rows + kb0 * (BK // 16)), BN, KW, wL)
+        b = _x_operand(gl.load(x_rows + kb0 * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
+        for kb in range(b_lo, b_hi):
+            nxt = gl.minimum(kb + 1, b_hi - 1)
+            wd_n = gl.load(w_rows + nxt * KW)
+            sr_n = gl.load(s_rows + nxt * (BK // 16))
+            xv_n = gl.load(x_rows + nxt * BK, mask=xmask, other=0.0)
+            acc = _block(acc, wd, sc, b, BN, BK, RP, pL, aL)
+            wd, sc, b = wd_n, _scales(sr_n, BN, KW, wL), _x_operand(xv_n, BK, MP, RP, bL)
+    else:
+        for kb in range(b_lo, b_hi):
+            sc = _scales(gl.load(s_rows + kb * (BK // 16)), BN, KW, wL)
+            b = _x_operand(gl.load(x_rows + kb * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
+            acc = _block(acc, gl.load(w_rows + kb * KW), sc, b, BN, BK, RP, pL, aL)
     cn = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
     cm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
     y = acc * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode

@@ -452,10 +452,12 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=()) -> list[dic
             for split in (1, 2, 4, 8):
                 out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
                             "num_warps": warps, "num_stages": stages, "TC": True})
-        for bn, bk, warps in gluon_tiles:  # gluon_gemv.nvfp4_gemv_mma_kernel, any bucket (K % BLOCK_K == 0)
+        for tile in gluon_tiles:  # gluon_gemv.nvfp4_gemv_mma_kernel, any bucket (K % BLOCK_K == 0)
+            bn, bk, warps = tile[:3]
             for split in (1, 2, 4, 8):
-                out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
-                            "num_warps": warps, "num_stages": 1, "GLUON": True})
+                c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
+                     "num_warps": warps, "num_stages": 1, "GLUON": True}
+                out.append({**c, "PIPE": tile[3]} if len(tile) > 3 else c)  # PIPE 2: registers two deep
     return out
 
 
@@ -465,7 +467,7 @@ _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256
 _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2), (128, 256, 8, 2)]
 # Gluon mma.sync tiles (BLOCK_N, BLOCK_K, warps): not yet run on a GPU; the build's check against the fp32
 # reference decides whether one is used (see gluon_gemv.py)
-_GLUON_TILES = [(64, 128, 4), (128, 128, 4), (64, 256, 4), (128, 256, 4)]
+_GLUON_TILES = [(64, 128, 4), (128, 128, 4), (64, 256, 4), (128, 256, 4), (64, 128, 4, 2), (64, 256, 4, 2)]
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""

@@ -12,9 +12,9 @@ import sys
 
 import triton
 
-CONFIGS = [dict(BK=bk, BN=bn, NW=nw, SPLIT_K=s) for bk, bn, nw in ((128, 64, 4), (128, 128, 4), (256, 64, 4),
-                                                                  (256, 128, 4), (128, 128, 8), (64, 64, 4))
-           for s in (1, 2, 4)]
+CONFIGS = [dict(BK=bk, BN=bn, NW=nw, SPLIT_K=s, PIPE=p) for bk, bn, nw, p in (
+    (128, 64, 4, 1), (128, 128, 4, 1), (256, 64, 4, 1), (256, 128, 4, 1), (128, 128, 8, 1), (64, 64, 4, 1),
+    (128, 64, 4, 2), (128, 128, 4, 2), (256, 64, 4, 2)) for s in (1, 2, 4)]
 
 
 def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None):
@@ -26,7 +26,7 @@ def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None):
 
 def gluon_config(cfg: dict, bucket: int) -> dict:
     return {"BLOCK_M": bucket, "BLOCK_N": cfg["BN"], "BLOCK_K": cfg["BK"], "SPLIT_K": cfg["SPLIT_K"],
-            "num_warps": cfg["NW"], "num_stages": 1, "GLUON": True}
+            "num_warps": cfg["NW"], "num_stages": 1, "GLUON": True, "PIPE": cfg.get("PIPE", 1)}
 
 
 def sass_report() -> None:
@@ -55,7 +55,8 @@ def sass_report() -> None:
             per = cfg["BN"] * cfg["BK"] / (32 * cfg["NW"])
             usage = " ".join(w for line in res.splitlines() if "REG:" in line for w in line.split()
                              if w.startswith(("REG:", "STACK:", "SHARED:")))
-            print(f"BK {cfg['BK']} BN {cfg['BN']} warps {cfg['NW']} MP {mp}: {len(loop) / per:.2f} instructions an "
+            print(f"BK {cfg['BK']} BN {cfg['BN']} warps {cfg['NW']} PIPE {cfg['PIPE']} MP {mp}: "
+                  f"{len(loop) / per:.2f} instructions an "
                   f"element, {usage}, LDS/STS in loop {ops['LDS'] + ops['STS']}; {dict(ops.most_common(8))}")
 
 
