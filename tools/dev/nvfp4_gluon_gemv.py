@@ -83,7 +83,7 @@ def main() -> None:
         wref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)
         nbytes = n * k // 2 + n * k // 16 + n * 4
         qs = [q] + [to_cuda(q) for _ in range(copies_for(nbytes) - 1)]
-        for m in (1, 4, 16):  # M 2 and 8 share the buckets' kernels with 4 and 16 in the full benchmark
+        for m in (1, 4, 16):  # M 2 and 8: the full benchmark (tools/bench_gemm.py) times every bucket
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
             row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
