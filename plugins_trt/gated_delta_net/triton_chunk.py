@@ -54,6 +54,7 @@ def chunk_state_kernel(
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BT: tl.constexpr, BV: tl.constexpr, SNAPSHOT: tl.constexpr,
     DOT_PREC: tl.constexpr,  # "tf32" (bf16 operands ignore it) or "ieee" for fp32 activations
+    ACC_DOT: tl.constexpr = False,  # fla's form: keys loaded as [DK, BT], the update accumulated into S by the dot
 ):
     iv, h, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slots + n).to(tl.int64)
@@ -88,8 +89,13 @@ def chunk_state_kernel(
         delta = uc - tl.dot(wc, Sd, input_precision=DOT_PREC)  # delta: [BT, BV]
         tl.store(dv + (r0 * HV + h) * DV + u_rows, delta.to(dv.dtype.element_ty), mask=vm)
         decay = tl.where(valid, tl.exp2(g_last - g), 0.0) * rk
-        S = S * tl.exp2(g_last) + tl.dot(tl.trans(kr), (delta * decay[:, None]).to(dt),
-                                         input_precision=DOT_PREC)
+        if ACC_DOT:  # untimed
+            kt = tl.load(k + r0 * stride_k + kh * DK + ck[:, None] + ot[None, :] * stride_k, mask=valid[None, :],
+                         other=0.0).to(dt)  # [DK, BT]
+            S = tl.dot(kt, (delta * decay[:, None]).to(dt), S * tl.exp2(g_last), input_precision=DOT_PREC)
+        else:
+            S = S * tl.exp2(g_last) + tl.dot(tl.trans(kr), (delta * decay[:, None]).to(dt),
+                                             input_precision=DOT_PREC)
         if SNAPSHOT:
             end = t0 + BT
             if (end % snap_every == 0) & (end <= T):
@@ -137,7 +143,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
                      BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2,
                      split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
-                     wy_warps: int | None = None, wy_inverse: bool = False):
+                     wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = False):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
     q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
@@ -150,7 +156,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps
     or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
     (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
-    wy_inverse: the sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of
+    state_acc_dot: stage 2 in flash-linear-attention's form (keys loaded transposed, the state update accumulated
+    by the dot; untimed). wy_inverse: the sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of
     forward substitution (untimed). split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
     chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused stage 1. reload_k: the fused stage 1
     loads its key tiles again for w instead of holding them (fewer live registers).
@@ -212,7 +219,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                                           snapshots if snapshot_every else state, snap_first,
                                           max(snapshot_every, 1), HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV,
                                           SNAPSHOT=bool(snapshot_every), num_warps=num_warps[1],
-                                          num_stages=num_stages, DOT_PREC=prec)
+                                          num_stages=num_stages, DOT_PREC=prec, ACC_DOT=state_acc_dot)
     BVo = min(BV_out, DV)
     chunk_out_kernel[(NT, HV, DV // BVo)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu_seqlens,
                                           W["chunks"], W["H"], W["dv"], o, o.stride(0), HK=HK, HV=HV, DK=DK,
@@ -272,7 +279,7 @@ def signature_chunk_state(HK: int, HV: int, DK: int, DV: int, *, BV: int, snapsh
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(k=P, stride_k=i32, w=P, u=P, G=F, RK=F, cu_seqlens=I, slots=I, chunk_first=I, state=state,
                  H=P, dv=P, snaps=state, snap_first=I, snap_every=i32)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, SNAPSHOT=snapshot, DOT_PREC=dot_prec)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, SNAPSHOT=snapshot, DOT_PREC=dot_prec, ACC_DOT=False)
     return aot_signature_of(chunk_state_kernel, types, const, num_warps, num_stages, unaligned=("k",))
 
 

@@ -405,7 +405,7 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
     slots = torch.tensor([3, 6], dtype=torch.int32, device=DEV)
     outs = []
     forms = [dict(wy_slice=0), dict(wy_slice=0, split_wy=True), dict(wy_slice=0, reload_k=True), dict(wy_slice=16),
-             dict(wy_slice=16, wy_inverse=True)]
+             dict(wy_slice=16, wy_inverse=True), dict(wy_slice=0, state_acc_dot=True)]
     for form in forms:
         state, work = s.state.clone(), {}
         o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
@@ -413,7 +413,8 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
                                 out=poison(TT, s.HV, s.DV), BV=16, work=work, **form)
         outs.append((o, state, work["w"], work["u"]))
     for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2]), ("sliced stage 1", outs[3]),
-                        ("sliced stage 1, blocks inverted by products", outs[4])):
+                        ("sliced stage 1, blocks inverted by products", outs[4]),
+                        ("stage 2 accumulating its update (fla's form)", outs[5])):
         for name, x, y in zip(("o", "state", "w", "u"), outs[0], other):
             report(f"{form} vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
 
@@ -513,7 +514,7 @@ def _aot_cases():
                      dict(dims, BT=64, DOT_PREC="tf32")),
         "chunk_state": (chunk_state_kernel, dict(k=P, stride_k=i32, w=P, u=P, G=F, RK=F, cu_seqlens=I, slots=I,
                         chunk_first=I, state=F, H=P, dv=P, snaps=F, snap_first=I, snap_every=i32),
-                        dict(dims, BT=64, BV=32, SNAPSHOT=True, DOT_PREC="tf32")),
+                        dict(dims, BT=64, BV=32, SNAPSHOT=True, DOT_PREC="tf32", ACC_DOT=False)),
         "chunk_out": (chunk_out_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, G=F, RQ=F, RK=F, cu_seqlens=I,
                       chunks=I, H=P, dv=P, o=P, stride_o=i32), dict(dims, BT=64, BV=64, DOT_PREC="tf32")),
     }
