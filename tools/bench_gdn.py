@@ -121,7 +121,7 @@ PREFILL_FORMS = {"held_wy": {"wy_slice": 0}, "split_wy": {"split_wy": True}, "re
                  "sliced_wy_bk16_w1": {"wy_slice": 16, "wy_warps": 1},
                  "sliced_wy_bk32_w2_inv": {"wy_slice": 32, "wy_inverse": True},
                  "sliced_wy_bk32_w1_inv": {"wy_slice": 32, "wy_warps": 1, "wy_inverse": True},
-                 "state_acc_dot": {"state_acc_dot": True}}
+                 "state_acc_dot": {"state_acc_dot": True}, "state_halves": {"state_halves": True}}
 PREFILL_DEFAULT = "sliced_wy_bk32_w2"
 """launch_chunk_gdn's default stage 1, under the name earlier runs recorded it (--resummarize re-picks it)."""
 
@@ -397,6 +397,13 @@ def stages(T: int, repeats: int) -> list[dict]:
                 k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state, W["H"], W["dv"],
                 state, slots, 1, HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, SNAPSHOT=False, DOT_PREC="tf32",
                 ACC_DOT=acc, num_warps=nw, num_stages=ns))
+    from atlas.plugins_trt.gated_delta_net.triton_chunk_state_halves import chunk_state_halves_kernel
+    for bv, nw, ns in ((32, 4, 2), (64, 4, 2), (64, 8, 2), (32, 4, 3), (64, 4, 3), (32, 8, 2)):  # fla's layout
+        add(f"state halves BV={bv} num_warps={nw} num_stages={ns}", lambda bv=bv, nw=nw, ns=ns:
+            chunk_state_halves_kernel[(D // bv, HV, 1)](
+                k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu, slots, W["chunk_first"], state, W["H"], W["dv"],
+                state, slots, 1, HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, SNAPSHOT=False, DOT_PREC="tf32",
+                num_warps=nw, num_stages=ns))
     for bv, nw, ns in ((64, 4, 2), (64, 4, 3), (32, 4, 2), (64, 8, 2), (128, 8, 2), (32, 2, 2)):
         add(f"out BV={bv} num_warps={nw} num_stages={ns}", lambda bv=bv, nw=nw, ns=ns: tc.chunk_out_kernel[
             (NT, HV, D // bv)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"],

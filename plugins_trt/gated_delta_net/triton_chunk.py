@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
+from atlas.plugins_trt.gated_delta_net.triton_chunk_state_halves import chunk_state_halves_kernel
 from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
 from atlas.plugins_trt.gated_delta_net.triton_chunk_wy_sliced import chunk_wy_sliced_kernel
 
@@ -143,7 +144,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
                      BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2,
                      split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
-                     wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = False):
+                     wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = False,
+                     state_halves: bool = False):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
     q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
@@ -157,7 +159,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
     (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
     state_acc_dot: stage 2 in flash-linear-attention's form (keys loaded transposed, the state update accumulated
-    by the dot; untimed). wy_inverse: the sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of
+    by the dot; untimed); state_halves: stage 2 as triton_chunk_state_halves (fla's layout of the work, DK 128;
+    untimed). wy_inverse: the sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of
     forward substitution (untimed). split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
     chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused stage 1. reload_k: the fused stage 1
     loads its key tiles again for w instead of holding them (fewer live registers).
@@ -214,12 +217,14 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                                   W["chunks"], W["X"], W["G"], W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=DK, DV=DV,
                                   BT=CHUNK, DOT_PREC=prec, num_warps=wu_warps)
     BV = BV or pick_bv(N, HV, DV)
-    chunk_state_kernel[(DV // BV, HV, N)](k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu_seqlens, slots,
+    state_fn = chunk_state_halves_kernel if state_halves else chunk_state_kernel
+    extra = {} if state_halves else {"ACC_DOT": state_acc_dot}
+    state_fn[(DV // BV, HV, N)](k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu_seqlens, slots,
                                           W["chunk_first"], state, W["H"], W["dv"],
                                           snapshots if snapshot_every else state, snap_first,
                                           max(snapshot_every, 1), HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV,
                                           SNAPSHOT=bool(snapshot_every), num_warps=num_warps[1],
-                                          num_stages=num_stages, DOT_PREC=prec, ACC_DOT=state_acc_dot)
+                                          num_stages=num_stages, DOT_PREC=prec, **extra)
     BVo = min(BV_out, DV)
     chunk_out_kernel[(NT, HV, DV // BVo)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu_seqlens,
                                           W["chunks"], W["H"], W["dv"], o, o.stride(0), HK=HK, HV=HV, DK=DK,
@@ -273,14 +278,17 @@ def signature_chunk_wu(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 4
 
 def signature_chunk_state(HK: int, HV: int, DK: int, DV: int, *, BV: int, snapshot: bool = False,
                           num_warps: int = 4, num_stages: int = 2, act: str = "*bf16", state: str = "*fp32",
-                          dot_prec: str = "tf32"):
+                          dot_prec: str = "tf32", halves: bool = False):
     from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(k=P, stride_k=i32, w=P, u=P, G=F, RK=F, cu_seqlens=I, slots=I, chunk_first=I, state=state,
                  H=P, dv=P, snaps=state, snap_first=I, snap_every=i32)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, SNAPSHOT=snapshot, DOT_PREC=dot_prec, ACC_DOT=False)
-    return aot_signature_of(chunk_state_kernel, types, const, num_warps, num_stages, unaligned=("k",))
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, SNAPSHOT=snapshot, DOT_PREC=dot_prec)
+    if halves:  # triton_chunk_state_halves (fla's layout of the work)
+        return aot_signature_of(chunk_state_halves_kernel, types, const, num_warps, num_stages, unaligned=("k",))
+    return aot_signature_of(chunk_state_kernel, types, {**const, "ACC_DOT": False}, num_warps, num_stages,
+                            unaligned=("k",))
 
 
 def signature_chunk_out(HK: int, HV: int, DK: int, DV: int, *, BV: int, num_warps: int = 4, num_stages: int = 3,

@@ -419,6 +419,28 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
             report(f"{form} vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
 
 
+def test_chunked_prefill_state_halves_match_the_default():
+    """Stage 2 in fla's layout (two 64-row state halves, transposed keys, accumulating dots; DK 128 only) gives the
+    default stage 2's outputs, state and snapshots."""
+    s = Shape(1, 2, 128, 32, seed=13)
+    lens = [130, 5]
+    cu = cu_of(lens)
+    TT = cu[-1]
+    qkv, ab = s.rand(TT, s.C), s.rand(TT, 2 * s.HV)
+    q, k, v = qkv[:, :s.HK * s.DK], qkv[:, s.HK * s.DK:2 * s.HK * s.DK], qkv[:, 2 * s.HK * s.DK:]
+    a, b = ab[:, :s.HV], ab[:, s.HV:]
+    slots = torch.tensor([1, 3], dtype=torch.int32, device=DEV)
+    outs = []
+    for halves in (False, True):
+        state = s.state.clone()
+        o, snaps = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
+                                    torch.tensor(cu, dtype=torch.int32, device=DEV), cu_seqlens_host=cu,
+                                    out=poison(TT, s.HV, s.DV), BV=16, snapshot_every=64, state_halves=halves)
+        outs.append((o, state, snaps))
+    for name, x, y in zip(("o", "state", "snapshots"), outs[0], outs[1]):
+        report(f"stage 2 in halves vs default: {name}", rel(y, x), 1e-5)
+
+
 def test_strong_decay_stays_finite_and_exact():
     """Large |g| (cumulative decay far below fp32's range inside a chunk) must not overflow exp2."""
     s = Shape(2, 4, 16, 32, seed=7)
