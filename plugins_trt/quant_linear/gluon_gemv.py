@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 S_UP = gl.constexpr(2.0 ** 118)  # decoded value = E2M1 * scale * 2^-8 (as in triton_gemv.nvfp4_tile_bf16)
 _SEL = ("0x4800", "0x5910", "0x6A20", "0x7B30")  # triton_gemv._PAIR_SEL
@@ -116,13 +116,65 @@ def _block(acc, wd, sc, b, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr,
 
 
 @gluon.jit
+def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
+               BN: gl.constexpr, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr,
+               NW: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr,
+               xL: gl.constexpr, aL: gl.constexpr, bL: gl.constexpr):
+    """The K loop with words, scales and x copied into S shared-memory slots by cp.async (16-byte words and x,
+    4-byte scale groups) S - 1 blocks ahead, read back in the compute layouts after a CTA barrier (the copy and
+    read layouts differ for the scales and x). Order a block: wait for its group, barrier (everyone is past the
+    previous block's reads), issue block + S - 1 into the slot freed by the previous block, read, compute."""
+    shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])  # [S, rows, cols]: S slots of row-major tiles
+    w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
+    s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [S, MP, BK], shl)
+    # copy layouts: 4 words / 4 scales / 8 x values a thread
+    wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])
+    scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])
+    xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])
+    wr = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
+    wp = (w_ptr + wr[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
+        + gl.arange(0, KW, layout=gl.SliceLayout(0, wcL))[None, :]
+    sr = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
+    sp = (ws_ptr + sr[:, None] * stride_sn).to(gl.pointer_type(gl.int8)) \
+        + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL))[None, :]
+    xr = gl.arange(0, MP, layout=gl.SliceLayout(1, xcL))
+    xp = x_ptr + xr[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+    xmask = (xr < M)[:, None]
+    for i in gl.static_range(S - 1):  # prologue: blocks b_lo .. b_lo + S - 2 (clamped; an unused one is harmless)
+        kb = gl.minimum(b_lo + i, nb - 1)
+        async_copy.async_copy_global_to_shared(w_s.index(i), wp + kb * KW)
+        async_copy.async_copy_global_to_shared(s_s.index(i), sp + kb * (BK // 16))
+        async_copy.async_copy_global_to_shared(x_s.index(i), xp + kb * BK, mask=xmask)
+        async_copy.commit_group()
+    for kb in range(b_lo, b_hi):
+        it = kb - b_lo
+        async_copy.wait_group(S - 2)  # block kb's group (this thread's copies) has landed
+        gl.thread_barrier()            # everyone's copies are visible, everyone is past block kb - 1's reads
+        nxt = gl.minimum(kb + S - 1, nb - 1)
+        slot = (it + S - 1) % S
+        async_copy.async_copy_global_to_shared(w_s.index(slot), wp + nxt * KW)
+        async_copy.async_copy_global_to_shared(s_s.index(slot), sp + nxt * (BK // 16))
+        async_copy.async_copy_global_to_shared(x_s.index(slot), xp + nxt * BK, mask=xmask)
+        async_copy.commit_group()
+        cur = it % S
+        wd = w_s.index(cur).load(wL)
+        sc = _scales(s_s.index(cur).load(sL).to(gl.float8e4nv, bitcast=True), BN, KW, wL)
+        b = _x_operand(x_s.index(cur).load(xL), BK, MP, RP, bL)
+        acc = _block(acc, wd, sc, b, BN, BK, RP, pL, aL)
+    async_copy.wait_group(0)
+    return acc
+
+
+@gluon.jit
 def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                           M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
-    block's loads are issued before this block's math (registers two deep)."""
+    block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
+    shared-memory slots (BLOCK_K >= 128)."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -150,7 +202,10 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
     xmask = (xm < M)[:, None]
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
-    if PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math
+    if PIPE > 2:  # cp.async through shared memory, PIPE stages deep (one CTA barrier a block)
+        acc = _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
+                         BN, BK, MP, RP, KW, NW, PIPE, wL, sL, pL, xL, aL, bL)
+    elif PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math
         kb0 = gl.minimum(b_lo, nb - 1)  # an empty split loads block nb - 1 and never uses it
         wd = gl.load(w_rows + kb0 * KW)
         sc = _scales(gl.load(s_rows + kb0 * (BK // 16)), BN, KW, wL)

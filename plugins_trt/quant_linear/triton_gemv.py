@@ -467,7 +467,8 @@ _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256
 _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2), (128, 256, 8, 2)]
 # Gluon mma.sync tiles (BLOCK_N, BLOCK_K, warps): not yet run on a GPU; the build's check against the fp32
 # reference decides whether one is used (see gluon_gemv.py)
-_GLUON_TILES = [(64, 128, 4), (128, 128, 4), (64, 256, 4), (128, 256, 4), (64, 128, 4, 2), (64, 256, 4, 2)]
+_GLUON_TILES = [(64, 128, 4), (128, 128, 4), (64, 256, 4), (128, 256, 4), (64, 128, 4, 2), (64, 256, 4, 2),
+                (128, 128, 4, 3), (64, 256, 4, 3)]  # a fourth entry: PIPE (2 registers two deep, 3 cp.async stages)
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""

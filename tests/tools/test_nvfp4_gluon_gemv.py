@@ -1,6 +1,6 @@
 """The Gluon NVFP4 GEMV experiment (tools/dev/nvfp4_gluon_gemv.py) keeps compiling for sm_90 with every layout change
-trivial (assert_trivial), no shared memory in its loop and under 3.6 instructions a weight element without the
-register prefetch (the Triton CUDA-core GEMV's loop is ~4.6). Static: the compile runs on the CPU; the GPU check is the tool's main()."""
+trivial (assert_trivial), under 3.6 instructions a weight element without the register prefetch (the Triton
+CUDA-core GEMV's loop is ~4.6), and shared memory in its loop only in the cp.async forms (PIPE 3 / 4). Static: the compile runs on the CPU; the GPU check is the tool's main()."""
 
 import subprocess
 import sys
@@ -16,11 +16,12 @@ def test_gluon_gemv_compiles_without_shared_memory_in_its_loop():
                        env={**__import__("os").environ, "TRITON_INTERPRET": "0"})
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [line for line in r.stdout.splitlines() if "instructions an element" in line]
-    assert len(lines) == 18, r.stdout
+    assert len(lines) == 26, r.stdout
     for line in lines:  # PIPE 2 (registers two deep) costs some repacking: up to ~4.3 an element
         per = float(line.split(":")[1].split()[0])
-        plain = "PIPE 1" in line
-        assert per < (3.6 if plain else 4.5) and "LDS/STS in loop 0" in line, line
+        plain, smem = "PIPE 1" in line, "PIPE 3" in line or "PIPE 4" in line
+        assert per < (3.6 if plain or smem else 4.5) and "STS in loop 0" in line, line
+        assert ("LDS in loop 0" in line) != smem and (" cp.async 0" in line) != smem, line  # cp.async stages only
         assert "STACK:0" in line or not plain, line
     best = min(float(line.split(":")[1].split()[0]) for line in lines)
     assert best < 2.8, r.stdout

@@ -14,7 +14,8 @@ import triton
 
 CONFIGS = [dict(BK=bk, BN=bn, NW=nw, SPLIT_K=s, PIPE=p) for bk, bn, nw, p in (
     (128, 64, 4, 1), (128, 128, 4, 1), (256, 64, 4, 1), (256, 128, 4, 1), (128, 128, 8, 1), (64, 64, 4, 1),
-    (128, 64, 4, 2), (128, 128, 4, 2), (256, 64, 4, 2)) for s in (1, 4)]
+    (128, 64, 4, 2), (128, 128, 4, 2), (256, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 3), (256, 64, 4, 3),
+    (128, 64, 4, 4)) for s in (1, 4)]
 
 
 def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None):
@@ -57,7 +58,8 @@ def sass_report() -> None:
                              if w.startswith(("REG:", "STACK:", "SHARED:")))
             print(f"BK {cfg['BK']} BN {cfg['BN']} warps {cfg['NW']} PIPE {cfg['PIPE']} MP {mp}: "
                   f"{len(loop) / per:.2f} instructions an "
-                  f"element, {usage}, LDS/STS in loop {ops['LDS'] + ops['STS']}; {dict(ops.most_common(8))}")
+                  f"element, {usage}, LDS in loop {ops['LDS']}, STS in loop {ops['STS']}, cp.async {ops['LDGSTS']}; "
+                  f"{dict(ops.most_common(8))}")
 
 
 def main() -> None:
