@@ -17,7 +17,8 @@ assert_trivial=True)`, so the compiler refuses any data movement between threads
     block scale: 17 instructions a word), returning int32 so that the reorder into the A operand's register
     order renames 32-bit values; a final mov reinterprets them as bf16 pairs.
   * sm_90 SASS (compiled on the CPU, `python -m atlas.tools.dev.nvfp4_gluon_gemv --sass`): 2.66-3.6 instructions a
-    weight element in the loop, no shared memory, no spills.
+    weight element in the loop, no shared memory, no spills; the latency-hiding forms (PIPE 2: registers two deep,
+    3.1-4.3; PIPE 3 / 4: cp.async stages through shared memory, 2.9-3.4) are candidates beside it.
 
 Gluon kernels cannot run in Triton's interpreter; the GPU check is `python -m atlas.tools.dev.nvfp4_gluon_gemv`
 and the GPU tests of test_quant_linear_triton.py.
@@ -29,8 +30,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
+from atlas.plugins_trt.quant_linear.triton_gemv import _PAIR_SEL
+
 S_UP = gl.constexpr(2.0 ** 118)  # decoded value = E2M1 * scale * 2^-8 (as in triton_gemv.nvfp4_tile_bf16)
-_SEL = ("0x4800", "0x5910", "0x6A20", "0x7B30")  # triton_gemv._PAIR_SEL
+_SEL = _PAIR_SEL  # prmt selectors: byte i of q = w << 4 and of w, with the sign replicated
 
 
 def _pair_asm(i: int) -> str:
