@@ -39,6 +39,41 @@ def _block_gates(a, b, stride_ab, rows, valid, h, neg_A, dtb):
 
 
 @triton.jit
+def _chunk_of(chunks, cu_seqlens, A_log, dt_bias, HK: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr):
+    """This program's chunk (grid dim 0) and value head (dim 1): its first row r0, the tokens L left from there,
+    the key head and the head's gate constants -exp(A_log) and dt_bias."""
+    i, h = tl.program_id(0), tl.program_id(1)
+    seq = tl.load(chunks + 2 * i)
+    c = tl.load(chunks + 2 * i + 1)
+    bos = tl.load(cu_seqlens + seq).to(tl.int64)
+    L = tl.load(cu_seqlens + seq + 1) - bos - c * BT
+    return (bos + c * BT, L, h // (HV // HK), -tl.exp(tl.load(A_log + h).to(tl.float32)),
+            tl.load(dt_bias + h).to(tl.float32))
+
+
+@triton.jit
+def _sub_block_gates(a, b, stride_ab, G, r0, L, h, neg_A, dtb, HV: tl.constexpr, BC: tl.constexpr):
+    """Rows, validity, beta and the chunk-local cumulative log2 decay of the chunk's four sub-blocks of BC rows;
+    the decay is stored into G."""
+    ob = tl.arange(0, BC)
+    m0, m1, m2, m3 = ob < L, ob + BC < L, ob + 2 * BC < L, ob + 3 * BC < L
+    R0, R1, R2, R3 = r0 + ob, r0 + BC + ob, r0 + 2 * BC + ob, r0 + 3 * BC + ob
+    g0, be0 = _block_gates(a, b, stride_ab, R0, m0, h, neg_A, dtb)
+    g1, be1 = _block_gates(a, b, stride_ab, R1, m1, h, neg_A, dtb)
+    g2, be2 = _block_gates(a, b, stride_ab, R2, m2, h, neg_A, dtb)
+    g3, be3 = _block_gates(a, b, stride_ab, R3, m3, h, neg_A, dtb)
+    G0 = tl.cumsum(g0, axis=0) * LOG2E
+    G1 = tl.cumsum(g1, axis=0) * LOG2E + tl.sum(g0, axis=0) * LOG2E
+    G2 = tl.cumsum(g2, axis=0) * LOG2E + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0)) * LOG2E
+    G3 = tl.cumsum(g3, axis=0) * LOG2E + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0)) * LOG2E
+    tl.store(G + R0 * HV + h, G0, mask=m0)
+    tl.store(G + R1 * HV + h, G1, mask=m1)
+    tl.store(G + R2 * HV + h, G2, mask=m2)
+    tl.store(G + R3 * HV + h, G3, mask=m3)
+    return R0, R1, R2, R3, m0, m1, m2, m3, be0, be1, be2, be3, G0, G1, G2, G3
+
+
+@triton.jit
 def _load_rows(p, rows, stride, col0, valid, D: tl.constexpr):
     """p[rows, col0 : col0 + D] [BC, D] in p's dtype; zero on invalid rows."""
     return tl.load(p + rows[:, None] * stride + col0 + tl.arange(0, D)[None, :], mask=valid[:, None], other=0.0)
@@ -138,33 +173,12 @@ def chunk_wy_kernel(
 ):
     """Grid (NT, HV)."""
     tl.static_assert(BT == 4 * BC, "the block solve is written for four sub-blocks")
-    i, h = tl.program_id(0), tl.program_id(1)
-    seq = tl.load(chunks + 2 * i)
-    c = tl.load(chunks + 2 * i + 1)
-    bos = tl.load(cu_seqlens + seq).to(tl.int64)
-    L = tl.load(cu_seqlens + seq + 1) - bos - c * BT  # tokens left from this chunk's start
-    r0 = bos + c * BT
-    kh = h // (HV // HK)
-    neg_A = -tl.exp(tl.load(A_log + h).to(tl.float32))
-    dtb = tl.load(dt_bias + h).to(tl.float32)
-    ob = tl.arange(0, BC)
+    h = tl.program_id(1)
+    r0, L, kh, neg_A, dtb = _chunk_of(chunks, cu_seqlens, A_log, dt_bias, HK, HV, BT)
     dt = k.dtype.element_ty
-
-    # Per sub-block: validity, gates and the cumulative log2 decay.
-    m0, m1, m2, m3 = ob < L, ob + BC < L, ob + 2 * BC < L, ob + 3 * BC < L
-    R0, R1, R2, R3 = r0 + ob, r0 + BC + ob, r0 + 2 * BC + ob, r0 + 3 * BC + ob
-    g0, be0 = _block_gates(a, b, stride_ab, R0, m0, h, neg_A, dtb)
-    g1, be1 = _block_gates(a, b, stride_ab, R1, m1, h, neg_A, dtb)
-    g2, be2 = _block_gates(a, b, stride_ab, R2, m2, h, neg_A, dtb)
-    g3, be3 = _block_gates(a, b, stride_ab, R3, m3, h, neg_A, dtb)
-    G0 = tl.cumsum(g0, axis=0) * LOG2E
-    G1 = tl.cumsum(g1, axis=0) * LOG2E + tl.sum(g0, axis=0) * LOG2E
-    G2 = tl.cumsum(g2, axis=0) * LOG2E + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0)) * LOG2E
-    G3 = tl.cumsum(g3, axis=0) * LOG2E + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0)) * LOG2E
-    tl.store(G + R0 * HV + h, G0, mask=m0)
-    tl.store(G + R1 * HV + h, G1, mask=m1)
-    tl.store(G + R2 * HV + h, G2, mask=m2)
-    tl.store(G + R3 * HV + h, G3, mask=m3)
+    # Per sub-block: validity, gates and the cumulative log2 decay (stored for stage 2).
+    R0, R1, R2, R3, m0, m1, m2, m3, be0, be1, be2, be3, G0, G1, G2, G3 = _sub_block_gates(
+        a, b, stride_ab, G, r0, L, h, neg_A, dtb, HV, BC)
     # Raw keys (dot operands) and their inverse norms; q̂ and k̂ are never formed as tiles.
     kr0 = _load_rows(k, R0, stride_k, kh * DK, m0, DK)
     kr1 = _load_rows(k, R1, stride_k, kh * DK, m1, DK)
@@ -284,15 +298,8 @@ def chunk_wu_kernel(
 ):
     """Stage 1b of the split form: w = X · (beta·exp(G)·k̂) and u = X · (beta·v) for one chunk of one value head,
     each one [BT, BT] x [BT, D] dot. Grid (NT, HV)."""
-    i, h = tl.program_id(0), tl.program_id(1)
-    seq = tl.load(chunks + 2 * i)
-    c = tl.load(chunks + 2 * i + 1)
-    bos = tl.load(cu_seqlens + seq).to(tl.int64)
-    L = tl.load(cu_seqlens + seq + 1) - bos - c * BT
-    r0 = bos + c * BT
-    kh = h // (HV // HK)
-    neg_A = -tl.exp(tl.load(A_log + h).to(tl.float32))
-    dtb = tl.load(dt_bias + h).to(tl.float32)
+    h = tl.program_id(1)
+    r0, L, kh, neg_A, dtb = _chunk_of(chunks, cu_seqlens, A_log, dt_bias, HK, HV, BT)
     ot = tl.arange(0, BT)
     valid = ot < L
     rows = r0 + ot

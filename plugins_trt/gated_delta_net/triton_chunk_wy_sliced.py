@@ -11,9 +11,8 @@ prefill case: 1610 us at 2 warps against 2105 for the held form (Qwen3.5-27B, on
 import triton
 import triton.language as tl
 
-from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import (_block_gates, _dot, _load_rows, _solve_blocks,
-                                                               _store_rows)
-from atlas.plugins_trt.gated_delta_net.triton_common import LOG2E
+from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import (_chunk_of, _dot, _load_rows, _solve_blocks,
+                                                               _store_rows, _sub_block_gates)
 
 
 @triton.jit
@@ -57,32 +56,11 @@ def chunk_wy_sliced_kernel(
     [BC, DK] tile is held through the solve (fla's kkt / solve kernel keeps the same few registers). Grid (NT, HV)."""
     tl.static_assert(BT == 4 * BC, "the block solve is written for four sub-blocks")
     tl.static_assert(DK % BK == 0 and DV % BK == 0)
-    i, h = tl.program_id(0), tl.program_id(1)
-    seq = tl.load(chunks + 2 * i)
-    c = tl.load(chunks + 2 * i + 1)
-    bos = tl.load(cu_seqlens + seq).to(tl.int64)
-    L = tl.load(cu_seqlens + seq + 1) - bos - c * BT
-    r0 = bos + c * BT
-    kh = h // (HV // HK)
-    neg_A = -tl.exp(tl.load(A_log + h).to(tl.float32))
-    dtb = tl.load(dt_bias + h).to(tl.float32)
-    ob = tl.arange(0, BC)
+    h = tl.program_id(1)
+    r0, L, kh, neg_A, dtb = _chunk_of(chunks, cu_seqlens, A_log, dt_bias, HK, HV, BT)
     dt = k.dtype.element_ty
-
-    m0, m1, m2, m3 = ob < L, ob + BC < L, ob + 2 * BC < L, ob + 3 * BC < L
-    R0, R1, R2, R3 = r0 + ob, r0 + BC + ob, r0 + 2 * BC + ob, r0 + 3 * BC + ob
-    g0, be0 = _block_gates(a, b, stride_ab, R0, m0, h, neg_A, dtb)
-    g1, be1 = _block_gates(a, b, stride_ab, R1, m1, h, neg_A, dtb)
-    g2, be2 = _block_gates(a, b, stride_ab, R2, m2, h, neg_A, dtb)
-    g3, be3 = _block_gates(a, b, stride_ab, R3, m3, h, neg_A, dtb)
-    G0 = tl.cumsum(g0, axis=0) * LOG2E
-    G1 = tl.cumsum(g1, axis=0) * LOG2E + tl.sum(g0, axis=0) * LOG2E
-    G2 = tl.cumsum(g2, axis=0) * LOG2E + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0)) * LOG2E
-    G3 = tl.cumsum(g3, axis=0) * LOG2E + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0)) * LOG2E
-    tl.store(G + R0 * HV + h, G0, mask=m0)
-    tl.store(G + R1 * HV + h, G1, mask=m1)
-    tl.store(G + R2 * HV + h, G2, mask=m2)
-    tl.store(G + R3 * HV + h, G3, mask=m3)
+    R0, R1, R2, R3, m0, m1, m2, m3, be0, be1, be2, be3, G0, G1, G2, G3 = _sub_block_gates(
+        a, b, stride_ab, G, r0, L, h, neg_A, dtb, HV, BC)
 
     # Raw key products of the 10 lower blocks and the squared key norms, summed over BK-wide column slices.
     zb = tl.zeros([BC, BC], dtype=tl.float32)
