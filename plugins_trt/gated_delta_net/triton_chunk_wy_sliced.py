@@ -42,6 +42,26 @@ def _rows_times_x(r0, r1, r2, r3, x00, x11, x22, x33, x10, x20, x21, x30, x31, x
 
 
 @triton.jit
+def _x_times_rows(src, stride_src, col0, dst, stride_dst, D: tl.constexpr, BK: tl.constexpr, R0, R1, R2, R3,
+                  m0, m1, m2, m3, f0, f1, f2, f3, x00, x11, x22, x33, x10, x20, x21, x30, x31, x32,
+                  DOT_PREC: tl.constexpr):
+    """dst rows <- X · (f ⊙ src rows), BK of the D columns at a time: the right-hand side src[rows, col0 : col0 + D]
+    scaled per row by f (rounded to the input dtype, as the held form does), X by its blocks."""
+    dt = src.dtype.element_ty
+    for col in range(0, D, BK):
+        c0 = (_load_rows(src, R0, stride_src, col0 + col, m0, BK).to(tl.float32) * f0[:, None]).to(dt)
+        c1 = (_load_rows(src, R1, stride_src, col0 + col, m1, BK).to(tl.float32) * f1[:, None]).to(dt)
+        c2 = (_load_rows(src, R2, stride_src, col0 + col, m2, BK).to(tl.float32) * f2[:, None]).to(dt)
+        c3 = (_load_rows(src, R3, stride_src, col0 + col, m3, BK).to(tl.float32) * f3[:, None]).to(dt)
+        y0, y1, y2, y3 = _rows_times_x(c0, c1, c2, c3, x00, x11, x22, x33, x10, x20, x21, x30, x31, x32, DOT_PREC)
+        out = dst + col + tl.arange(0, BK)[None, :]
+        _store_rows(out, R0, stride_dst, m0, y0)
+        _store_rows(out, R1, stride_dst, m1, y1)
+        _store_rows(out, R2, stride_dst, m2, y2)
+        _store_rows(out, R3, stride_dst, m3, y3)
+
+
+@triton.jit
 def chunk_wy_sliced_kernel(
     q, stride_q, k, stride_k, v, stride_v, a, b, stride_ab, A_log, dt_bias, cu_seqlens, chunks,
     w, u, G, RQ, RK,      # outputs, as for chunk_wy_kernel
@@ -126,27 +146,7 @@ def chunk_wy_sliced_kernel(
 
     # w = X · (beta·exp(G)·k̂) and u = X · (beta·v), BK columns at a time.
     f0, f1, f2, f3 = s0 * tl.exp2(G0), s1 * tl.exp2(G1), s2 * tl.exp2(G2), s3 * tl.exp2(G3)
-    for col in range(0, DK, BK):
-        kc = kh * DK + col
-        c0 = (_load_rows(k, R0, stride_k, kc, m0, BK).to(tl.float32) * f0[:, None]).to(dt)
-        c1 = (_load_rows(k, R1, stride_k, kc, m1, BK).to(tl.float32) * f1[:, None]).to(dt)
-        c2 = (_load_rows(k, R2, stride_k, kc, m2, BK).to(tl.float32) * f2[:, None]).to(dt)
-        c3 = (_load_rows(k, R3, stride_k, kc, m3, BK).to(tl.float32) * f3[:, None]).to(dt)
-        y0, y1, y2, y3 = _rows_times_x(c0, c1, c2, c3, x00, x11, x22, x33, x10, x20, x21, x30, x31, x32, DOT_PREC)
-        w_out = w + h * DK + col + tl.arange(0, BK)[None, :]
-        _store_rows(w_out, R0, HV * DK, m0, y0)
-        _store_rows(w_out, R1, HV * DK, m1, y1)
-        _store_rows(w_out, R2, HV * DK, m2, y2)
-        _store_rows(w_out, R3, HV * DK, m3, y3)
-    for col in range(0, DV, BK):
-        vc = h * DV + col
-        c0 = (_load_rows(v, R0, stride_v, vc, m0, BK).to(tl.float32) * be0[:, None]).to(dt)
-        c1 = (_load_rows(v, R1, stride_v, vc, m1, BK).to(tl.float32) * be1[:, None]).to(dt)
-        c2 = (_load_rows(v, R2, stride_v, vc, m2, BK).to(tl.float32) * be2[:, None]).to(dt)
-        c3 = (_load_rows(v, R3, stride_v, vc, m3, BK).to(tl.float32) * be3[:, None]).to(dt)
-        y0, y1, y2, y3 = _rows_times_x(c0, c1, c2, c3, x00, x11, x22, x33, x10, x20, x21, x30, x31, x32, DOT_PREC)
-        u_out = u + h * DV + col + tl.arange(0, BK)[None, :]
-        _store_rows(u_out, R0, HV * DV, m0, y0)
-        _store_rows(u_out, R1, HV * DV, m1, y1)
-        _store_rows(u_out, R2, HV * DV, m2, y2)
-        _store_rows(u_out, R3, HV * DV, m3, y3)
+    _x_times_rows(k, stride_k, kh * DK, w + h * DK, HV * DK, DK, BK, R0, R1, R2, R3, m0, m1, m2, m3, f0, f1, f2, f3,
+                  x00, x11, x22, x33, x10, x20, x21, x30, x31, x32, DOT_PREC)
+    _x_times_rows(v, stride_v, h * DV, u + h * DV, HV * DV, DV, BK, R0, R1, R2, R3, m0, m1, m2, m3, be0, be1, be2,
+                  be3, x00, x11, x22, x33, x10, x20, x21, x30, x31, x32, DOT_PREC)
