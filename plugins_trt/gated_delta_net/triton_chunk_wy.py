@@ -175,7 +175,6 @@ def chunk_wy_kernel(
     tl.static_assert(BT == 4 * BC, "the block solve is written for four sub-blocks")
     h = tl.program_id(1)
     r0, L, kh, neg_A, dtb = _chunk_of(chunks, cu_seqlens, A_log, dt_bias, HK, HV, BT)
-    dt = k.dtype.element_ty
     # Per sub-block: validity, gates and the cumulative log2 decay (stored for stage 2).
     R0, R1, R2, R3, m0, m1, m2, m3, be0, be1, be2, be3, G0, G1, G2, G3 = _sub_block_gates(
         a, b, stride_ab, G, r0, L, h, neg_A, dtb, HV, BC)
