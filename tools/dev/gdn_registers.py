@@ -58,6 +58,14 @@ def main() -> None:
             rows.append((f"prefill stage 1 {what} / {w} warps", tc.signature_chunk_wy(HK, HV, D, D, num_warps=w, **kw)))
     for w in (4, 8):
         rows.append((f"prefill stage 1 split wu / {w} warps", tc.signature_chunk_wu(HK, HV, D, D, num_warps=w)))
+    for bk, w, inv in ((32, 1, False), (32, 2, False), (32, 4, False), (16, 2, False), (64, 2, False),
+                       (32, 2, True), (32, 4, True)):  # the sliced stage 1 (the default: BK 32, 2 warps)
+        rows.append((f"prefill stage 1 sliced BK {bk}{' inverse' if inv else ''} / {w} warps",
+                     tc.signature_chunk_wy_sliced(HK, HV, D, D, BK=bk, num_warps=w, inverse=inv)))
+    for bv, w, ns in ((32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 8, 2), (32, 8, 2)):  # stage 2: default, halves
+        for halves in (False, True):
+            rows.append((f"prefill stage 2{' halves' if halves else ''} BV {bv} / {w} warps / {ns} stages",
+                         tc.signature_chunk_state(HK, HV, D, D, BV=bv, num_warps=w, num_stages=ns, halves=halves)))
     for name, sig in rows:
         print(f"{name:55s} {usage(sig)}", flush=True)
 
