@@ -26,13 +26,16 @@ The plan the runtime reads (manifest["gdn_kernels"]):
          "prep": {"16": name, "32": name},   #   or the prep launch (per token tile TP = token_tile(T)) then
          "prepped": name,                    #   the token-by-token recurrence
          "prepped_chunk": {"16": n, "32": n},#   or the chunk form on the prep's outputs,
-         "chunk": {"16": n, "32": n},        #   or the chunk form alone;
-         "prepped_chunk_tail": {"17": n},    #   (prepped chunk, T 17: 16 tokens in the tile, the last one step)
+         "chunk": {"16": n, "32": n},        #   or the chunk form alone
+         "prepped_chunk_inverse": {"16": n}, #   (either, solving by products where verify_solve_inverse says:
+         "chunk_inverse": {"16": n},         #    T 9..16);
+         "prepped_chunk_tail": {"17": n},    #   (prepped chunk, T 17: 16 tokens in the tile solved by products,
+                                             #    the last one step)
          "commit": {"16": n, "32": n}},      #   then the rank-n commit
      "conv_varlen": name,                    # prefill conv + SiLU, windows updated
      "conv_update": name, "conv_update_verify": name, "conv_commit": name,   # the unfused conv path
      "chunk": [wy, state, out],              # chunked prefill stages in launch order (state at the largest BV)
-     "chunk_state": {"64": name, "32": name, "16": name},  # stage 2 per BV: pick_bv(N, HV, DV) chooses
+     "chunk_state": {"64": name},             # stage 2 per BV (pick_bv(DV): one)
      "kernels": {name: {"kernel": triton function, "config": {tile constexprs, num_warps, num_stages},
                         "grid": [3 formulas]}}}
 """
@@ -109,19 +112,25 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     # rollback mode "deltas": every way triton_verify.deltas_verify_kernel can pick (per batch and width, at run
     # time), instances per token tile where the tile is a constexpr, and the commit
     tiles = sorted({vc.token_tile(t) for t in VERIFY_WIDTHS})
-    deltas = {"chunk": {}, "prepped_chunk": {}, "prep": {}, "commit": {}}
+    deltas = {"chunk": {}, "prepped_chunk": {}, "chunk_inverse": {}, "prepped_chunk_inverse": {}, "prep": {},
+              "commit": {}}
     for tp in tiles:
         bv, warps = vc.verify_chunk_config(DV, fuse_norm=True)
         for way in ("chunk", "prepped_chunk"):
             deltas[way][str(tp)] = add(f"verify_deltas_{way}", vc.signature_gdn_verify_chunk(
                 HK, HV, DK, DV, tp, BV=bv, num_warps=warps, norm_eps=eps, prepped=way == "prepped_chunk"), rgrid)
+            if tp == 16:  # T 9..16 solve by products (triton_verify.verify_solve_inverse)
+                deltas[f"{way}_inverse"]["16"] = add(f"verify_deltas_{way}_inverse", vc.signature_gdn_verify_chunk(
+                    HK, HV, DK, DV, tp, BV=bv, num_warps=warps, norm_eps=eps, prepped=way == "prepped_chunk",
+                    solve_inverse=True), rgrid)
         deltas["prep"][str(tp)] = add("verify_deltas_prep", vp.signature_gdn_verify_prep(HK, HV, DK, DV, tp),
                                       ["HK + HV", "B", "1"])
         deltas["commit"][str(tp)] = add("commit_deltas", vc.signature_gdn_commit_deltas(
             HK, HV, DK, DV, KW, tp, BV=vc.commit_deltas_bv(DV)), rgrid)
     bv, warps = vc.verify_chunk_config(DV, fuse_norm=True)  # T 17: 16 tokens in the tile + one step
     deltas["prepped_chunk_tail"] = {"17": add("verify_deltas_prepped_chunk_tail", vc.signature_gdn_verify_chunk(
-        HK, HV, DK, DV, 17, BV=bv, num_warps=warps, norm_eps=eps, prepped=True, tail=True), rgrid)}
+        HK, HV, DK, DV, 17, BV=bv, num_warps=warps, norm_eps=eps, prepped=True, tail=True, solve_inverse=True),
+        rgrid)}
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=True)
     deltas["recurrent"] = add("verify_deltas_recurrent", rec.signature_gdn_recurrent(
         "verify_deltas", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)
@@ -131,17 +140,16 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     plan["verify_deltas"] = deltas
     # the conv on its own: prefill (before the chunked stages), and the unfused decode / verify / commit path
     plan["conv_varlen"] = add("conv_varlen", conv.signature_conv_varlen(KW),
-                              ["N", "cdiv(max_T, BT)", "cdiv(C, BC)"])
+                              ["cdiv(C, BC)", "cdiv(max_T, BT)", "N"])
     plan["conv_update"] = add("conv_update", conv.signature_conv_update(KW, in_place=True), ["B", "cdiv(C, BC)", "1"])
     plan["conv_update_verify"] = add("conv_update_verify", conv.signature_conv_update(KW, in_place=False),
                                      ["B", "cdiv(C, BC)", "1"])
     plan["conv_commit"] = add("conv_commit", conv.signature_conv_commit(KW), ["B", "cdiv(C, BC)", "1"])
-    # chunked prefill: stage 2's tile follows the batch (pick_bv), so each BV it can pick is compiled
-    wy = add("chunk_wy_sliced", chunk.signature_chunk_wy_sliced(HK, HV, DK, DV, BK=chunk.WY_SLICE, num_warps=2),
+    # chunked prefill
+    wy = add("chunk_wy_sliced", chunk.signature_chunk_wy_sliced(HK, HV, DK, DV, BK=chunk.WY_SLICE, num_warps=1),
              ["NT", "HV", "1"])
-    states = {}
-    for bv in sorted({b for b in (64, 32) if b <= DV} | {min(16, DV)}, reverse=True):
-        states[str(bv)] = add("chunk_state", chunk.signature_chunk_state(HK, HV, DK, DV, BV=bv), ["DV // BV", "HV", "N"])
+    bv = chunk.pick_bv(DV)
+    states = {str(bv): add("chunk_state", chunk.signature_chunk_state(HK, HV, DK, DV, BV=bv), ["DV // BV", "HV", "N"])}
     out = add("chunk_out", chunk.signature_chunk_out(HK, HV, DK, DV, BV=min(64, DV)), ["NT", "HV", "DV // BV"])
     plan["chunk"] = [wy, next(iter(states.values())), out]
     plan["chunk_state"] = states

@@ -115,15 +115,14 @@ def fla_split(L: Layer, y, B, T):
     return q.view(B, T, L.HK, L.D), k.view(B, T, L.HK, L.D), v.view(B, T, L.HV, L.D)
 
 
-# stage-1 forms of launch_chunk_gdn timed beside its default in every prefill case (keyword arguments)
-PREFILL_FORMS = {"held_wy": {"wy_slice": 0}, "split_wy": {"split_wy": True}, "reload_k": {"reload_k": True},
-                 "sliced_wy_bk32_w1": {"wy_slice": 32, "wy_warps": 1},
-                 "sliced_wy_bk16_w1": {"wy_slice": 16, "wy_warps": 1},
-                 "sliced_wy_bk32_w2_inv": {"wy_slice": 32, "wy_inverse": True},
-                 "sliced_wy_bk32_w1_inv": {"wy_slice": 32, "wy_warps": 1, "wy_inverse": True},
-                 "state_acc_dot": {"state_acc_dot": True}, "state_halves": {"state_halves": True}}
-PREFILL_DEFAULT = "sliced_wy_bk32_w2"
-"""launch_chunk_gdn's default stage 1, under the name earlier runs recorded it (--resummarize re-picks it)."""
+# forms of the prefill timed beside launch_chunk_gdn's default in every prefill case: keyword arguments of
+# launch_chunk_gdn, or of launch_conv_varlen with a "conv_" prefix
+PREFILL_FORMS = {"wy_w2": {"wy_warps": 2}, "state_plain": {"state_acc_dot": False}, "state_s4": {"num_stages": 4},
+                 "state_halves": {"state_halves": True}, "conv_time_major": {"conv_chan_first": False}}
+PREFILL_DEFAULT = "sliced_wy_w1_accdot_bv64_s3"
+"""launch_chunk_gdn's default (stage 1 sliced at 1 warp, stage 2 accumulating at BV 64 / 3 stages; the conv's grid
+channel-major), the name this file records it under (earlier runs: "sliced_wy_bk32_w2", "held_wy" for the
+defaults of their time; --resummarize re-picks it)."""
 
 
 def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | None = None) -> dict:
@@ -139,21 +138,21 @@ def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | Non
     work = chunk_plan([0, T], DEVICE)
     cfg = cfg or {}
 
-    def atlas():
-        launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y)
+    def atlas(work=work, form=cfg):
+        conv = {k.removeprefix("conv_"): v for k, v in form.items() if k.startswith("conv_")}
+        launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y, **conv)
         launch_chunk_gdn(y[:, :H], y[:, H:2 * H], y[:, 2 * H:], a, b, L.A_log, L.dt_bias, state, slots, cu,
-                         cu_seqlens_host=[0, T], out=o, work=work, **cfg)
+                         cu_seqlens_host=[0, T], out=o, work=work,
+                         **{k: v for k, v in form.items() if not k.startswith("conv_")})
 
     atlas()  # fills `work` with every buffer it needs, outside the capture
-    row = {"kind": "prefill", "T": T, "B": 1, "atlas_way": f"sliced_wy_bk32_w{cfg.get('num_warps', (2,))[0]}"}
+    row = {"kind": "prefill", "T": T, "B": 1, "atlas_way": PREFILL_DEFAULT if not cfg else json.dumps(cfg)}
     timed(row, "atlas", [atlas], repeats)
-    for name, form in PREFILL_FORMS.items():  # other forms of stage 1, timed beside the default
+    for name, form in PREFILL_FORMS.items():  # other forms, timed beside the default
         work_f = chunk_plan([0, T], DEVICE)
 
         def atlas_form(work_f=work_f, form=form):
-            launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y)
-            launch_chunk_gdn(y[:, :H], y[:, H:2 * H], y[:, 2 * H:], a, b, L.A_log, L.dt_bias, state, slots, cu,
-                             cu_seqlens_host=[0, T], out=o, work=work_f, **{**cfg, **form})
+            atlas(work_f, {**cfg, **form})
 
         atlas_form()
         timed(row, f"atlas_{name}", [atlas_form], repeats)
@@ -291,7 +290,7 @@ SWEEP = {
     # K 17's way (the weak end of verify): its tile and warps, at B 1 and 8 only
     "verify_tail": [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w)
                     for bv, w in [(64, 4), (32, 4), (32, 2), (128, 8), (64, 8), (16, 2)]]
-    + [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w, solve_inverse=True)
+    + [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w, solve_inverse=False)
        for bv, w in [(64, 4), (32, 4), (128, 8)]],
     # the chunk verify's token solve by forward substitution or by the inverse from products, K 4 / 8 / 16
     "verify_inverse": [dict(deltas_kernel="prepped_chunk", solve_inverse=inv) for inv in (False, True)],

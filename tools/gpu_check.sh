@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gemm|gdn|dev|gluon|all]   (dev: per-launch GDN timings and sweeps; gluon: the
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|gluon|probe|all]   (dev: per-launch GDN timings and sweeps; gluon: the
 #   Gluon NVFP4 GEMV experiment, checked and timed; neither is part of all)
 set -u
 source tools/gpu_env.sh
@@ -16,6 +16,14 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
         tests/plugins_trt/test_quant_linear_triton.py tests/runtime/test_linear_cuda.py \
         tests/plugins_trt/test_gdn_triton.py 2>&1 | tee "$out/pytest_gpu.log" | tail -15
 fi
+if [ "$what" = gdntests ]; then  # the GDN GPU tests alone
+    python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_gdn_triton.py 2>&1 \
+        | tee "$out/pytest_gdn_gpu.log" | tail -15
+fi
+if [ "$what" = gemmtests ]; then  # the GEMV / GEMM / CudaLinear GPU tests alone
+    python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_quant_linear_triton.py \
+        tests/runtime/test_linear_cuda.py 2>&1 | tee "$out/pytest_gemm_gpu.log" | tail -15
+fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
 fi
@@ -27,6 +35,9 @@ if [ "$what" = dev ]; then  # per-launch prefill stages (every stage's tiles, fl
         --out "$out/gdn_stages.json" 2>&1 | tee "$out/gdn_stages.log" | grep -a "stage\|fla config" | tail -60
     python3 -m atlas.tools.bench_gdn --sweep verify_tail,verify_inverse --prefill "" --decode "" --verify-k "" \
         --out "$out/gdn_sweep.json" 2>&1 | tee "$out/gdn_sweep.log" | grep -a "sweep" | tail -20
+fi
+if [ "$what" = probe ]; then  # where a wrong Gluon GEMV result comes from (the kernel's pieces, one block)
+    python3 -m atlas.tools.dev.nvfp4_gluon_gemv --probe 2>&1 | tee "$out/gluon_probe.log" | tail -30
 fi
 if [ "$what" = gluon ]; then  # the Gluon mma.sync NVFP4 GEMV (tools/dev/nvfp4_gluon_gemv.py): correctness + timing
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv 2>&1 | tee "$out/nvfp4_gluon_gemv.log" | grep -a " M=\|Error" | tail -30

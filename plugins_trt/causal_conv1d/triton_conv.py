@@ -179,12 +179,13 @@ def _check_rows(name: str, t: torch.Tensor, C: int):
 def launch_conv_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, window: torch.Tensor, slots: torch.Tensor,
                        weight: torch.Tensor, bias: torch.Tensor | None = None, max_seqlen: int | None = None,
                        out: torch.Tensor | None = None, BT: int = 32, BC: int = 64, num_warps: int = 4,
-                       chan_first: bool = False) -> torch.Tensor:
+                       chan_first: bool = True) -> torch.Tensor:
     """Prefill conv over packed sequences; updates each sequence's window in `window` in place.
 
     x: [total_T, C] (any row stride); cu_seqlens int32 [N+1]; window [num_slots, C, KW-1];
     slots int32 [N] (distinct); weight [C, KW]. Returns y [total_T, C] in x's dtype.
-    chan_first: channel blocks vary fastest over the grid (fla's order; untimed).
+    chan_first: channel blocks vary fastest over the grid (fla's order): neighbouring programs read the same rows.
+    H200, C 10240, T 32768 (tools/results/gdn_stages_32768.json): 706 us against 828 with time blocks fastest.
     """
     C, KW = weight.shape
     _check_rows("x", x, C)
@@ -235,7 +236,7 @@ def launch_conv_commit(window: torch.Tensor, slots: torch.Tensor, keep: torch.Te
 
 
 # ---------------------------------------------------------------------------------------------- AOT signatures
-# Grids: conv_varlen (N, cdiv(max_T, BT), cdiv(C, BC)); conv_update and conv_commit (B, cdiv(C, BC)).
+# Grids: conv_varlen (cdiv(C, BC), cdiv(max_T, BT), N) (CHAN_FIRST); conv_update and conv_commit (B, cdiv(C, BC)).
 # C stays a run-time int; activations, weight and window share `act`; int parameters are not assumed aligned.
 
 
@@ -245,7 +246,7 @@ def signature_conv_varlen(KW: int, *, BT: int = 32, BC: int = 64, has_bias: bool
 
     types = dict(x=act, stride_x="i32", y=act, stride_y="i32", weight=act, bias=act, window=act,
                  cu_seqlens="*i32", slots="*i32", C="i32")
-    const = dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=has_bias, CHAN_FIRST=False)
+    const = dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=has_bias, CHAN_FIRST=True)
     return aot_signature_of(conv_varlen_kernel, types, const, num_warps, num_stages)
 
 

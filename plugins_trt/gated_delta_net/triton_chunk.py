@@ -90,7 +90,7 @@ def chunk_state_kernel(
         delta = uc - tl.dot(wc, Sd, input_precision=DOT_PREC)  # delta: [BT, BV]
         tl.store(dv + (r0 * HV + h) * DV + u_rows, delta.to(dv.dtype.element_ty), mask=vm)
         decay = tl.where(valid, tl.exp2(g_last - g), 0.0) * rk
-        if ACC_DOT:  # untimed
+        if ACC_DOT:  # the default (launch_chunk_gdn state_acc_dot)
             kt = tl.load(k + r0 * stride_k + kh * DK + ck[:, None] + ot[None, :] * stride_k, mask=valid[None, :],
                          other=0.0).to(dt)  # [DK, BT]
             S = tl.dot(kt, (delta * decay[:, None]).to(dt), S * tl.exp2(g_last), input_precision=DOT_PREC)
@@ -116,12 +116,11 @@ def prepare_chunks(cu_seqlens: list[int], BT: int = CHUNK) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.int32).view(-1, 2)
 
 
-def pick_bv(N: int, HV: int, DV: int, sm_count: int = 132) -> int:
-    """Dv tile of stage 2: the largest that still gives every SM a program."""
-    for bv in (64, 32):
-        if bv <= DV and N * HV * (DV // bv) >= sm_count:
-            return bv
-    return min(16, DV)
+def pick_bv(DV: int) -> int:
+    """Dv tile of stage 2: 64 (H200, Qwen3.5-27B, one sequence of 32768 tokens, `python -m atlas.tools.bench_gdn
+    --stages 32768` → tools/results/gdn_stages_32768.json: the accumulating form at BV 64 / 4 warps / 3 stages
+    842 us, at BV 32 1296 us, though BV 64 gives only 96 programs to 132 SMs: the pipelined loads matter more)."""
+    return min(64, DV)
 
 
 def chunk_plan(cu_seqlens_host: list[int], device, BT: int = CHUNK) -> dict:
@@ -134,7 +133,11 @@ def chunk_plan(cu_seqlens_host: list[int], device, BT: int = CHUNK) -> dict:
 
 
 WY_SLICE = 32
-"""Column slice of the default stage 1 (chunk_wy_sliced_kernel), at 2 warps."""
+"""Column slice of the default stage 1 (chunk_wy_sliced_kernel), at 1 warp (1432 us against 1612 at 2 warps,
+27B, T 32768, tools/results/gdn_stages_32768.json)."""
+STATE_STAGES = 3
+"""num_stages of stage 2 (the software pipeline of its key / w / u loads). Same file, BV 64: the plain form 1330 us
+at 2 stages, 966 at 3, 888 at 4; the accumulating form (the default) 842 at 3."""
 
 
 def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
@@ -142,9 +145,9 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      cu_seqlens: torch.Tensor, cu_seqlens_host: list[int] | None = None,
                      snapshot_every: int = 0, snapshots: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
-                     BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = 2,
+                     BV_out: int = 64, num_warps: tuple[int, int, int] = (1, 4, 4), num_stages: int = STATE_STAGES,
                      split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
-                     wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = False,
+                     wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = True,
                      state_halves: bool = False):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
@@ -156,14 +159,15 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan`; "w", "u",
     "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
     three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps
-    or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
+    or num_warps[0] = 1 warp): the fastest stage-1 form in all six prefill cases of the H200 benchmark
     (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
-    state_acc_dot: stage 2 in flash-linear-attention's form (keys loaded transposed, the state update accumulated
-    by the dot; untimed); state_halves: stage 2 as triton_chunk_state_halves (fla's layout of the work, DK 128;
-    untimed). wy_inverse: the sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of
-    forward substitution (untimed). split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1} into work["X"] [total_T, HV, 64],
-    chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused stage 1. reload_k: the fused stage 1
-    loads its key tiles again for w instead of holding them (fewer live registers).
+    Stage 2 (num_stages, BV = pick_bv): state_acc_dot, flash-linear-attention's form (keys loaded transposed, the
+    state update accumulated by the dot: 842 us against 966 for the other form at the same tile, 27B T 32768);
+    state_halves: stage 2 as triton_chunk_state_halves (fla's layout of the work, DK 128; 880 us). wy_inverse: the
+    sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of forward substitution
+    (1596 us at 2 warps, 2622 at 1). split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1}
+    into work["X"] [total_T, HV, 64], chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused
+    stage 1. reload_k: the fused stage 1 loads its key tiles again for w instead of holding them.
     Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
     """
     total_T = q.shape[0]
@@ -216,7 +220,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
         chunk_wu_kernel[(NT, HV)](k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens,
                                   W["chunks"], W["X"], W["G"], W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=DK, DV=DV,
                                   BT=CHUNK, DOT_PREC=prec, num_warps=wu_warps)
-    BV = BV or pick_bv(N, HV, DV)
+    BV = BV or pick_bv(DV)
     state_fn = chunk_state_halves_kernel if state_halves else chunk_state_kernel
     extra = {} if state_halves else {"ACC_DOT": state_acc_dot}
     state_fn[(DV // BV, HV, N)](k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu_seqlens, slots,
@@ -277,8 +281,8 @@ def signature_chunk_wu(HK: int, HV: int, DK: int, DV: int, *, num_warps: int = 4
 
 
 def signature_chunk_state(HK: int, HV: int, DK: int, DV: int, *, BV: int, snapshot: bool = False,
-                          num_warps: int = 4, num_stages: int = 2, act: str = "*bf16", state: str = "*fp32",
-                          dot_prec: str = "tf32", halves: bool = False):
+                          num_warps: int = 4, num_stages: int = STATE_STAGES, act: str = "*bf16",
+                          state: str = "*fp32", dot_prec: str = "tf32", halves: bool = False, acc_dot: bool = True):
     from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
@@ -287,7 +291,7 @@ def signature_chunk_state(HK: int, HV: int, DK: int, DV: int, *, BV: int, snapsh
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, SNAPSHOT=snapshot, DOT_PREC=dot_prec)
     if halves:  # triton_chunk_state_halves (fla's layout of the work)
         return aot_signature_of(chunk_state_halves_kernel, types, const, num_warps, num_stages, unaligned=("k",))
-    return aot_signature_of(chunk_state_kernel, types, {**const, "ACC_DOT": False}, num_warps, num_stages,
+    return aot_signature_of(chunk_state_kernel, types, {**const, "ACC_DOT": acc_dot}, num_warps, num_stages,
                             unaligned=("k",))
 
 

@@ -95,14 +95,15 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                       norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
                       out: torch.Tensor | None = None, BV: int | None = None,
                       num_warps: int | None = None, dot_prec: str = "tf32",
-                      deltas_kernel: str | None = None, solve_inverse: bool = False) -> torch.Tensor:
+                      deltas_kernel: str | None = None, solve_inverse: bool | None = None) -> torch.Tensor:
     """Verify T tokens per sequence from the slots without changing them.
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
     z: [B, T, HV·DV] (optional fused gated norm). Returns o [B, T, HV, DV]; fills `rollback`.
     Mode "deltas" only: deltas_kernel, one of DELTAS_KERNELS (default: deltas_verify_kernel's choice), and
     dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee"); solve_inverse, the chunk
-    kernels' token solve by (I + A)^{-1} from products instead of forward substitution (untimed).
+    kernels' token solve by (I + A)^{-1} from products instead of forward substitution (default:
+    verify_solve_inverse's choice).
     """
     B, T, C = mixed_qkv.shape
     _, HV, DK, DV = state.shape
@@ -126,6 +127,8 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     deltas_kernel = deltas_kernel or deltas_verify_kernel(B, T, HV)
     if deltas_kernel not in DELTAS_KERNELS:
         raise ValueError(f"deltas_kernel must be one of {DELTAS_KERNELS}, got {deltas_kernel!r}")
+    if solve_inverse is None:
+        solve_inverse = verify_solve_inverse(deltas_kernel, T)
     deltas = dict(dk=R.k.view(B * T, -1), du=R.u.view(B * T, -1), dg=R.g.view(B * T, -1))
     if deltas_kernel == "recurrent":
         launch_recurrent(*args, num_k_heads=num_k_heads, T=T, deltas=tuple(deltas.values()), in_place=False,
@@ -140,6 +143,17 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                               tail=deltas_kernel == "prepped_chunk_tail", dot_prec=dot_prec,
                               solve_inverse=solve_inverse, **deltas, **common)
     return o
+
+
+def verify_solve_inverse(deltas_kernel: str, T: int) -> bool:
+    """Whether the chunk verify solves its tokens by (I + A)^{-1} from products (triton_common.inv_unit_lower) rather
+    than by forward substitution. H200, Qwen3.5-27B (`python -m atlas.tools.bench_gdn --sweep
+    verify_tail,verify_inverse`, tools/results/gdn_verify_sweep2.json): products are faster once the substitution
+    has more than 8 rows (T 16: 67.2 -> 62.0 us at B 8; T 17 with the tail 99.8 -> 96.9) and 2-4% slower at T 4 /
+    8 (B 8). Only in a 16-token tile (a 32 tile loses accuracy: launch_verify_chunk refuses it)."""
+    if deltas_kernel == "prepped_chunk_tail":
+        return T - 1 > 8
+    return deltas_kernel in ("chunk", "prepped_chunk") and 8 < T <= 16
 
 
 def deltas_verify_kernel(B: int, T: int, HV: int) -> str:

@@ -81,7 +81,8 @@ def gdn_verify_chunk_kernel(
     BV: tl.constexpr, TP: tl.constexpr,
     FUSE_NORM: tl.constexpr, NORM_EPS: tl.constexpr, HAS_CONV_BIAS: tl.constexpr, DOT_PREC: tl.constexpr,
     PREPPED: tl.constexpr,
-    TAIL: tl.constexpr,   # 1: the last token runs as one token-by-token step after the tile (T - 1 <= TP; PREPPED)
+    TAIL: tl.constexpr,   # 1: the last token runs as one delta step after the tile (T - 1 <= TP; PREPPED), from
+                          # products taken before the solve: the tile's end state is never formed
     SOLVE_INV: tl.constexpr = False,  # solve with inv_unit_lower (LOG2TP = log2(TP)) instead of forward substitution
     LOG2TP: tl.constexpr = 4,
 ):
@@ -140,6 +141,15 @@ def gdn_verify_chunk_kernel(
     out = eG[:, None] * tl.dot(q, S0, input_precision=DOT_PREC)
     if (iv == 0) & (h % R == 0) & (not PREPPED):
         tl.store(dk + (rows[:, None] * HK + kh) * DK + ck[None, :], k, mask=m2)
+    if TAIL:  # the tail token's products with S0 and with the tile's keys, so that S0, q and k die here
+        tr = row0 + NT
+        q1 = tl.load(qn + (tr * HK + kh) * DK + ck)
+        k1 = tl.load(dk + (tr * HK + kh) * DK + ck)
+        kS0 = tl.sum(S0 * k1[:, None], axis=0)  # [BV]  k1ᵀ S0
+        qS0 = tl.sum(S0 * q1[:, None], axis=0)
+        kk1 = tl.sum(k * k1[None, :], axis=1)   # [TP]  k̂_j · k1
+        kq1 = tl.sum(k * q1[None, :], axis=1)
+        qk1 = tl.sum(q1 * k1, axis=0)
     if SOLVE_INV:  # U = (I + A)^{-1} rhs with the inverse by products: no row-by-row loop
         U = tl.dot(inv_unit_lower(A, LOG2TP), U, input_precision="ieee")
     else:
@@ -157,18 +167,16 @@ def gdn_verify_chunk_kernel(
             * (zt * tl.sigmoid(zt))
     tl.store(o + rows[:, None] * stride_o + h * DV + cv[None, :], out.to(o.dtype.element_ty), mask=m2)
     tl.store(du + (rows[:, None] * HV + h) * DV + cv[None, :], U, mask=m2)
-    if TAIL:  # S after the tile, S_NT = exp(G_NT) S0 + sum_j exp(G_NT - G_j) k̂_j u_jᵀ, then one delta step
+    if TAIL:  # S_NT = exp(G_NT) S0 + sum_j w_j k̂_j u_jᵀ is never formed: only k1ᵀ S_NT and q1ᵀ S_NT are needed
         G_last = tl.sum(g, axis=0)
         w_j = tl.where(valid, tl.exp(G_last - G), 0.0)
-        S = tl.exp(G_last) * S0 + tl.dot(tl.trans(k * w_j[:, None]), U, input_precision=DOT_PREC)  # [DK, BV]
-        tr = row0 + NT
-        q1 = tl.load(qn + (tr * HK + kh) * DK + ck)
-        k1 = tl.load(dk + (tr * HK + kh) * DK + ck)
+        e1 = tl.exp(tl.load(dg + tr * HV + h))
+        eL = tl.exp(G_last)
+        kS = e1 * (eL * kS0 + tl.sum((kk1 * w_j)[:, None] * U, axis=0))  # k1ᵀ (exp(g1) S_NT)
+        qS = e1 * (eL * qS0 + tl.sum((kq1 * w_j)[:, None] * U, axis=0))
         v1 = tl.load(vc + tr * (HV * DV) + h * DV + cv).to(tl.float32)
-        S = S * tl.exp(tl.load(dg + tr * HV + h))
-        u1 = tl.load(beta_in + tr * HV + h) * (v1 - tl.sum(S * k1[:, None], axis=0))
-        S = S + k1[:, None] * u1[None, :]
-        o1 = tl.sum(S * q1[:, None], axis=0)
+        u1 = tl.load(beta_in + tr * HV + h) * (v1 - kS)
+        o1 = qS + qk1 * u1  # q1ᵀ S_T with S_T = exp(g1) S_NT + k1 u1ᵀ
         if FUSE_NORM:
             o1 = gated_norm_vec(o1, z + tr * stride_z + h * DV, norm_w, cv, DV, NORM_EPS, o.dtype.element_ty)
         tl.store(o + tr * stride_o + h * DV + cv, o1.to(o.dtype.element_ty))
@@ -264,8 +272,9 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
                         prepped=None, tail: bool = False, solve_inverse: bool = False) -> None:
     """Launch gdn_verify_chunk_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV].
     prepped: (qn, vc, beta) filled (with dk, dg, keep_x, keep_ab) by gdn_verify_prep_kernel, or None.
-    tail (needs prepped): the first T - 1 tokens in the tile, the last as one step after it (T 17 in a 16 tile).
-    solve_inverse: the token solve by (I + A)^{-1} computed with products (no row loop; untimed)."""
+    tail (needs prepped): the first T - 1 tokens in the tile, the last as one step after it (T 17 in a 16 tile),
+    from k1ᵀ S0, q1ᵀ S0 and its products with the tile's keys taken before the solve.
+    solve_inverse: the token solve by (I + A)^{-1} computed with products (no row loop)."""
     if tail and prepped is None:
         raise ValueError("tail=True needs the prep launch's outputs (prepped)")
     _, HV, DK, DV = state.shape

@@ -105,17 +105,22 @@ def _x_operand(xv, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, bL: gl.
 def _block(acc, wd, sc, b, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL: gl.constexpr,
            aL: gl.constexpr):
     """acc += W_block @ x_block^T from one block's words wd [BN, KW], scales sc (_scales) and B operand b."""
+    return mma_v2(_a_operand(wd, sc, BN, BK, RP, pL, aL), b, acc)
+
+
+@gluon.jit
+def _a_operand(wd, sc, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr):
+    """One block's decoded weights [BN, BK] (bf16, logical k order) in the A-operand layout aL."""
     p0 = _pair(wd, sc, P0)
     p1 = _pair(wd, sc, P1)
     p2 = _pair(wd, sc, P2)
     p3 = _pair(wd, sc, P3)
-    t = gl.join(gl.join(p0, p1), gl.join(p2, p3))   # int32 [BN, KW, c, b]: bf16x2 of nibbles 4c + 2b + {0, 1}
+    t = gl.join(gl.join(p0, p2), gl.join(p1, p3))   # int32 [BN, KW, c, b] = pair 2c + b (join stacks on the last axis)
     t = gl.reshape(t, [BN, 2, 2, RP, 2, 2])         # n, i1, i0, rhi, r0, s1 (k = s0 + 2i0 + 4i1 + 8s1 + 16r0 + 32rhi)
     t = gl.permute(t, [0, 3, 4, 5, 1, 2])            # n, rhi, r0, s1, i1, i0
     t = gl.convert_layout(gl.reshape(t, [BN, BK // 2]), pL, assert_trivial=True)  # 32-bit values renamed
     u = gl.inline_asm_elementwise(UNPACK, "=r,r,r", [gl.join(t, t)], dtype=gl.bfloat16, is_pure=True, pack=2)
-    a = gl.convert_layout(gl.reshape(u, [BN, BK]), aL, assert_trivial=True)
-    return mma_v2(a, b, acc)
+    return gl.convert_layout(gl.reshape(u, [BN, BK]), aL, assert_trivial=True)
 
 
 @gluon.jit

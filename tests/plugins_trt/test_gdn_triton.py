@@ -267,7 +267,7 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
 
 
 @pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk", "prepped_chunk_tail",
-                                    "chunk-inverse", "prepped_chunk_tail-inverse"])
+                                    "chunk-inverse", "prepped_chunk_tail-inverse", "prepped_chunk_tail-substitution"])
 @pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
 def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     """Mode "deltas", filled by either verify kernel (the chunk form at both token tiles, 16 and 32, or token
@@ -282,6 +282,10 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     rb = VerifyRollback.empty(B, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
     assert rb.mode == "deltas"
     kernel, inverse = kernel.removesuffix("-inverse"), kernel.endswith("-inverse")  # "-inverse": solve by products
+    if kernel.endswith("-substitution"):  # the default at K 17 is the solve by products; this is the other
+        kernel, inverse = kernel.removesuffix("-substitution"), False
+    elif not inverse:
+        inverse = None  # the launcher's choice
     if inverse and kernel == "chunk" and K > 16:  # a 32-token tile: refused (accuracy)
         with pytest.raises(ValueError, match="solve_inverse"):
             launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb,
@@ -405,7 +409,7 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
     slots = torch.tensor([3, 6], dtype=torch.int32, device=DEV)
     outs = []
     forms = [dict(wy_slice=0), dict(wy_slice=0, split_wy=True), dict(wy_slice=0, reload_k=True), dict(wy_slice=16),
-             dict(wy_slice=16, wy_inverse=True), dict(wy_slice=0, state_acc_dot=True)]
+             dict(wy_slice=16, wy_inverse=True), dict(wy_slice=0, state_acc_dot=False)]
     for form in forms:
         state, work = s.state.clone(), {}
         o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
@@ -414,7 +418,7 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
         outs.append((o, state, work["w"], work["u"]))
     for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2]), ("sliced stage 1", outs[3]),
                         ("sliced stage 1, blocks inverted by products", outs[4]),
-                        ("stage 2 accumulating its update (fla's form)", outs[5])):
+                        ("stage 2 adding its update after the dot", outs[5])):
         for name, x, y in zip(("o", "state", "w", "u"), outs[0], other):
             report(f"{form} vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
 
@@ -509,7 +513,7 @@ def _aot_cases():
     return {
         "conv_varlen": (tc.conv_varlen_kernel, dict(x=P, stride_x=i32, y=P, stride_y=i32, weight=P, bias=P,
                         window=P, cu_seqlens=I, slots=I, C=i32), dict(KW=4, WP=4, BT=32, BC=64, HAS_BIAS=False,
-                                                                  CHAN_FIRST=False)),
+                                                                  CHAN_FIRST=True)),
         "conv_update": (tc.conv_update_kernel, dict(x=P, stride_x=i32, y=P, stride_y=i32, weight=P, bias=P,
                         window=P, slots=I, keep=P, T=i32, C=i32),
                         dict(KW=4, WP=4, BC=256, HAS_BIAS=False, IN_PLACE=False)),
@@ -536,7 +540,7 @@ def _aot_cases():
                      dict(dims, BT=64, DOT_PREC="tf32")),
         "chunk_state": (chunk_state_kernel, dict(k=P, stride_k=i32, w=P, u=P, G=F, RK=F, cu_seqlens=I, slots=I,
                         chunk_first=I, state=F, H=P, dv=P, snaps=F, snap_first=I, snap_every=i32),
-                        dict(dims, BT=64, BV=32, SNAPSHOT=True, DOT_PREC="tf32", ACC_DOT=False)),
+                        dict(dims, BT=64, BV=64, SNAPSHOT=True, DOT_PREC="tf32", ACC_DOT=True)),
         "chunk_out": (chunk_out_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, G=F, RQ=F, RK=F, cu_seqlens=I,
                       chunks=I, H=P, dv=P, o=P, stride_o=i32), dict(dims, BT=64, BV=64, DOT_PREC="tf32")),
     }

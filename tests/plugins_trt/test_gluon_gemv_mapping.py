@@ -48,7 +48,11 @@ def test_k_permutation_keeps_the_dot(BK):
     W, X = rng.standard_normal((BN, BK)), rng.standard_normal((MP, BK))  # one block, physical order
     words = W.reshape(BN, BK // 8, 8)  # word j holds k' = 8j + t
     p = [words[:, :, 2 * a:2 * a + 2] for a in range(4)]  # pair a: nibbles 2a, 2a + 1 (the 2 halves of an int32)
-    t = np.stack([np.stack([p[0], p[1]], axis=2), np.stack([p[2], p[3]], axis=2)], axis=2)  # join(join, join)
+    join = lambda u, v: np.stack([u, v], axis=-1)  # noqa: E731 — gl.join: a new last axis (of size 2) after all others
+    # p[a] carries the two halves as its last axis; the kernel's pairs are int32, so join before that axis
+    t = np.moveaxis(join(join(np.moveaxis(p[0], -1, 0), np.moveaxis(p[2], -1, 0)),
+                         join(np.moveaxis(p[1], -1, 0), np.moveaxis(p[3], -1, 0))), 0, -1)
+    assert t.shape == (BN, BK // 8, 2, 2, 2)
     A = t.reshape(BN, 2, 2, RP, 2, 2, 2).transpose(0, 3, 4, 5, 1, 2, 6).reshape(BN, BK)  # as in the kernel
     B = X.reshape(MP, 2, 2, RP, 2, 2, 2).transpose(3, 4, 5, 1, 2, 6, 0).reshape(BK, MP)
     np.testing.assert_allclose(A @ B, W @ X.T, rtol=1e-12, atol=1e-12)

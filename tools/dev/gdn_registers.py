@@ -46,12 +46,14 @@ def main() -> None:
                      vp.signature_gdn_recurrent_prepped(HK, HV, D, D, BV=bv, num_warps=w, fuse_norm=False)))
     for T in (4, 17):
         rows.append((f"prep T {T}", vp.signature_gdn_verify_prep(HK, HV, D, D, T)))
-    for T, prepped, tail in ((4, False, False), (17, False, False), (8, True, False), (17, True, False),
-                             (17, True, True)):
+    for T, prepped, tail, inv in ((4, False, False, False), (17, False, False, False), (8, True, False, False),
+                                  (17, True, False, False), (17, True, True, False), (17, True, True, True)):
         for prec in ("tf32", "ieee") if not prepped else ("tf32",):
-            name = f"chunk T {T}{' prepped' if prepped else ''}{' tail' if tail else ''} {prec} BV 64 / 4 warps"
+            name = (f"chunk T {T}{' prepped' if prepped else ''}{' tail' if tail else ''}"
+                    f"{' inverse' if inv else ''} {prec} BV 64 / 4 warps")
             rows.append((name, vc.signature_gdn_verify_chunk(HK, HV, D, D, T, BV=64, num_warps=4, fuse_norm=False,
-                                                             dot_prec=prec, prepped=prepped, tail=tail)))
+                                                             dot_prec=prec, prepped=prepped, tail=tail,
+                                                             solve_inverse=inv)))
     from atlas.plugins_trt.gated_delta_net import triton_chunk as tc
     for w in (2, 4, 8):  # prefill stage 1: fused, fused reloading its key tiles, the split form's first launch
         for what, kw in (("fused", {}), ("fused reload_k", {"reload_k": True}), ("split X", {"store_x": True})):

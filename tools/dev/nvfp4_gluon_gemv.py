@@ -3,6 +3,7 @@ the shipped Triton GEMV, or print its sm_90 loop instruction mix (no GPU needed)
 
     python -m atlas.tools.dev.nvfp4_gluon_gemv          # GPU box: $OUT/nvfp4_gluon_gemv.json
     python -m atlas.tools.dev.nvfp4_gluon_gemv --sass   # CPU: loop instructions a weight element per config
+    python -m atlas.tools.dev.nvfp4_gluon_gemv --probe  # GPU box: where a wrong result comes from ($OUT/gluon_probe.*)
 """
 from __future__ import annotations
 
@@ -11,11 +12,114 @@ import os
 import sys
 
 import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from atlas.plugins_trt.quant_linear import gluon_gemv as gg
 
 CONFIGS = [dict(BK=bk, BN=bn, NW=nw, SPLIT_K=s, PIPE=p) for bk, bn, nw, p in (
     (128, 64, 4, 1), (128, 128, 4, 1), (256, 64, 4, 1), (256, 128, 4, 1), (128, 128, 8, 1), (64, 64, 4, 1),
     (128, 64, 4, 2), (128, 128, 4, 2), (256, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 3), (256, 64, 4, 3),
     (128, 64, 4, 4)) for s in (1, 4)]
+
+
+@gluon.jit
+def _probe_kernel(w_ptr, ws_ptr, x_ptr, a_ptr, b_ptr, c_ptr, BN: gl.constexpr, BK: gl.constexpr, MP: gl.constexpr):
+    """One block (rows 0..BN-1, k 0..BK-1) through the kernel's own pieces: the decoded A operand [BN, BK], the
+    B operand [BK, MP] (both logical k order) and one mma_v2 [BN, MP], stored through a plain blocked layout."""
+    NW: gl.constexpr = gl.num_warps()
+    KW: gl.constexpr = BK // 8
+    RP: gl.constexpr = BK // 32
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1], instr_shape=[16, 8])
+    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    bL: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    wL: gl.constexpr = gg.words_layout(BN, KW, NW, False)
+    sL: gl.constexpr = gg.words_layout(BN, KW, NW, True)
+    pL: gl.constexpr = gg.pairs_layout(BN, BK, NW)
+    xL: gl.constexpr = gg.x_layout(BK, MP, NW)
+    plain: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [NW, 1], [1, 0])
+    rows = gl.arange(0, BN, layout=gl.SliceLayout(1, wL))
+    wd = gl.load((w_ptr + rows[:, None] * (BK // 2)).to(gl.pointer_type(gl.int32))
+                 + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :])
+    srows = gl.arange(0, BN, layout=gl.SliceLayout(1, sL))
+    sc = gg._scales(gl.load(ws_ptr + srows[:, None] * (BK // 16)
+                            + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]), BN, KW, wL)
+    xm = gl.arange(0, MP, layout=gl.SliceLayout(1, xL))
+    xv = gl.load(x_ptr + xm[:, None] * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :])
+    a = gg._a_operand(wd, sc, BN, BK, RP, pL, aL)
+    b = gg._x_operand(xv, BK, MP, RP, bL)
+    c = mma_v2(a, b, gl.zeros([BN, MP], gl.float32, layout=mma))
+    r = gl.arange(0, BN, layout=gl.SliceLayout(1, plain))
+    kk = gl.arange(0, BK, layout=gl.SliceLayout(0, plain))
+    gl.store(a_ptr + r[:, None] * BK + kk[None, :], gl.convert_layout(a, plain))
+    kr = gl.arange(0, BK, layout=gl.SliceLayout(1, plain))
+    mc = gl.arange(0, MP, layout=gl.SliceLayout(0, plain))
+    gl.store(b_ptr + kr[:, None] * MP + mc[None, :], gl.convert_layout(b, plain))
+    gl.store(c_ptr + r[:, None] * MP + mc[None, :], gl.convert_layout(c, plain))
+
+
+def probe() -> None:
+    """Find where a wrong Gluon result comes from: (1) the pieces of one block (_probe_kernel) against their
+    numpy meaning; (2) the full kernel writing into a NaN-filled output (did it write at all?) at small shapes."""
+    import traceback
+
+    import numpy as np
+    import torch
+
+    from atlas.build_engine.quantize.quantizer import quantize
+    from atlas.plugins_trt.quant_linear.reference import dequantize
+    from atlas.tools.bench_gemm import rel, to_cuda
+
+    out_dir = os.environ.get("OUT", "/tmp/out")
+    os.makedirs(out_dir, exist_ok=True)
+    report, dump = {}, {}
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for bk, bn, mp in ((64, 64, 8), (128, 64, 16), (256, 128, 8)):
+        key = f"pieces_BK{bk}_BN{bn}_MP{mp}"
+        try:
+            q = to_cuda(quantize(torch.randn(bn, bk, device="cuda", generator=g) * 0.02, "nvfp4"))
+            wref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)  # [bn, bk] fp32
+            wpre = wref / q.weight_scale_2[:, None] / 256.0  # what the decode should give (before ws2 * 256)
+            x = torch.randn(mp, bk, device="cuda", generator=g).to(torch.bfloat16)
+            a = torch.full((bn, bk), float("nan"), device="cuda", dtype=torch.bfloat16)
+            b = torch.full((bk, mp), float("nan"), device="cuda", dtype=torch.bfloat16)
+            c = torch.full((bn, mp), float("nan"), device="cuda", dtype=torch.float32)
+            _probe_kernel[(1,)](q.weight, q.weight_scale, x, a, b, c, BN=bn, BK=bk, MP=mp, num_warps=4)
+            torch.cuda.synchronize()
+            k = np.arange(bk)
+            s0, i0, i1, s1, r0, rhi = k & 1, (k >> 1) & 1, (k >> 2) & 1, (k >> 3) & 1, (k >> 4) & 1, k >> 5
+            phys = torch.as_tensor((bk // 4) * (2 * i1 + i0) + 4 * (2 * rhi + r0) + 2 * s1 + s0, device="cuda")
+            a_exp, b_exp = wpre[:, phys], x.float()[:, phys].T
+            report[key] = {"a_nan": int(a.isnan().sum()), "b_nan": int(b.isnan().sum()),
+                           "a_rel_vs_expected": rel(a, a_exp), "b_rel_vs_expected": rel(b, b_exp),
+                           "a_rel_vs_physical_order": rel(a, wpre), "b_rel_vs_physical_order": rel(b, x.float().T),
+                           "c_rel_vs_a_at_b": rel(c, a.float() @ b.float()),
+                           "c_rel_vs_reference": rel(c, wpre @ x.float().T)}
+            dump[key] = {"a": a.cpu(), "b": b.cpu(), "c": c.cpu(), "wpre": wpre.cpu(), "x": x.cpu(),
+                         "weight": q.weight.cpu(), "weight_scale": q.weight_scale.cpu()}
+        except Exception:  # noqa: BLE001 — a probe records everything
+            report[key] = {"error": traceback.format_exc()[-3000:]}
+        print(key, report[key], flush=True)
+    for n, k_ in ((128, 256), (4096, 4096)):
+        q = to_cuda(quantize(torch.randn(n, k_, device="cuda", generator=g) * 0.02, "nvfp4"))
+        wref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)
+        for cfg in (CONFIGS[0], CONFIGS[10], CONFIGS[12], CONFIGS[18]):
+            for m in (1, 16):
+                key = f"full_N{n}_K{k_}_M{m}_" + "_".join(f"{a}{v}" for a, v in cfg.items())
+                try:
+                    x = torch.randn(m, k_, device="cuda", generator=g).to(torch.bfloat16)
+                    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                    launch(x, q.weight, q.weight_scale, q.weight_scale_2, cfg, out=out)
+                    torch.cuda.synchronize()
+                    ref = x.float() @ wref.T
+                    report[key] = {"out_nan": int(out.isnan().sum()), "rel": rel(out.nan_to_num(), ref),
+                                   "out_norm": float(out.float().nan_to_num().norm()), "ref_norm": float(ref.norm())}
+                except Exception:  # noqa: BLE001
+                    report[key] = {"error": traceback.format_exc()[-3000:]}
+                print(key, report[key], flush=True)
+    json.dump(report, open(f"{out_dir}/gluon_probe.json", "w"), indent=1)
+    torch.save(dump, f"{out_dir}/gluon_probe.pt")
 
 
 def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None):
@@ -117,4 +221,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sass_report() if "--sass" in sys.argv else main()
+    sass_report() if "--sass" in sys.argv else probe() if "--probe" in sys.argv else main()
