@@ -146,7 +146,7 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
                                      ["B", "cdiv(C, BC)", "1"])
     plan["conv_commit"] = add("conv_commit", conv.signature_conv_commit(KW), ["B", "cdiv(C, BC)", "1"])
     # chunked prefill
-    wy = add("chunk_wy_sliced", chunk.signature_chunk_wy_sliced(HK, HV, DK, DV, BK=chunk.WY_SLICE, num_warps=1),
+    wy = add("chunk_wy_sliced", chunk.signature_chunk_wy_sliced(HK, HV, DK, DV, BK=chunk.WY_SLICE, num_warps=2),
              ["NT", "HV", "1"])
     bv = chunk.pick_bv(DV)
     states = {str(bv): add("chunk_state", chunk.signature_chunk_state(HK, HV, DK, DV, BV=bv), ["DV // BV", "HV", "N"])}

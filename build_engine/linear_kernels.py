@@ -52,8 +52,9 @@ def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int, k: int 
     def programs(c):
         return math.ceil(n / c["BLOCK_N"]) * c["SPLIT_K"]
 
-    fit = [c for c in same if SM_COUNT <= programs(c) <= 32 * SM_COUNT] or same
-    ranked = sorted(fit, key=lambda c: abs(math.log(programs(c) / (4 * SM_COUNT))))
+    fit = [c for c in same if SM_COUNT <= programs(c) <= 64 * SM_COUNT] or same
+    # ranked by how near their grid is to 4 programs an SM; the Gluon configs keep their listed order (measured)
+    ranked = sorted(fit, key=lambda c: 0.0 if c.get("GLUON") else abs(math.log(programs(c) / (4 * SM_COUNT))))
     # the ways a config can run: CUDA cores with plain or pipelined loads, tensor cores; each gets its share
     ways = {}
     for c in ranked:

@@ -26,6 +26,7 @@ Writes JSON (--out) with device, versions, bandwidth, every case and a summary; 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -117,12 +118,13 @@ def fla_split(L: Layer, y, B, T):
 
 # forms of the prefill timed beside launch_chunk_gdn's default in every prefill case: keyword arguments of
 # launch_chunk_gdn, or of launch_conv_varlen with a "conv_" prefix
-PREFILL_FORMS = {"wy_w2": {"wy_warps": 2}, "state_plain": {"state_acc_dot": False}, "state_s4": {"num_stages": 4},
+PREFILL_FORMS = {"wy_w1": {"wy_warps": 1}, "state_plain": {"state_acc_dot": False}, "state_s4": {"num_stages": 4},
                  "state_halves": {"state_halves": True}, "conv_time_major": {"conv_chan_first": False}}
-PREFILL_DEFAULT = "sliced_wy_w1_accdot_bv64_s3"
-"""launch_chunk_gdn's default (stage 1 sliced at 1 warp, stage 2 accumulating at BV 64 / 3 stages; the conv's grid
+PREFILL_DEFAULT = "sliced_wy_w2_accdot_bv64_s3"
+"""launch_chunk_gdn's default (stage 1 sliced at 2 warps, stage 2 accumulating at BV 64 / 3 stages; the conv's grid
 channel-major), the name this file records it under (earlier runs: "sliced_wy_bk32_w2", "held_wy" for the
 defaults of their time; --resummarize re-picks it)."""
+CHUNK_WARPS = inspect.signature(launch_chunk_gdn).parameters["num_warps"].default
 
 
 def case_prefill(L: Layer, T: int, fla, repeats: int, bw: float, cfg: dict | None = None) -> dict:
@@ -559,8 +561,9 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", default="", help="also time launch configurations (Atlas only) of these kinds: "
                    f"comma-separated from {list(SWEEP)}, or all")
     p.add_argument("--stages", default="", help="prefill lengths whose stages are timed one by one first")
-    p.add_argument("--chunk-warps", default="2,4,4",
-                   help="num_warps of the three chunked-prefill stages, or auto (needs --stages)")
+    p.add_argument("--chunk-warps", default="",
+                   help="num_warps of the three chunked-prefill stages (default: launch_chunk_gdn's), or auto "
+                   "(needs --stages)")
     p.add_argument("--merge-into", metavar="JSON", help="write an existing result file with the (model, kind) "
                    "groups timed in this run replaced (the file's `runs` says which run timed which group)")
     p.add_argument("--resummarize", metavar="JSON", help="only re-pick the verify defaults in an existing result file "
@@ -584,7 +587,7 @@ def main(argv=None) -> int:
         wy = [r for r in staged if r["stage"].startswith("wy")]
         best = min(wy, key=lambda r: r["us"])["stage"].split("=")[1] if wy else "8"
         args.chunk_warps = f"{best},4,4"
-    chunk_cfg = {"num_warps": tuple(ints(args.chunk_warps))}
+    chunk_cfg = {"num_warps": tuple(ints(args.chunk_warps))} if args.chunk_warps else {}
     cases = []
     for model in args.models.split(","):
         L = Layer(*MODELS[model])
@@ -621,7 +624,7 @@ def main(argv=None) -> int:
         result["sweep"] = swept
     if staged:
         result["prefill_stages"] = staged
-    result["chunk_warps"] = list(chunk_cfg["num_warps"])
+    result["chunk_warps"] = list(chunk_cfg.get("num_warps", CHUNK_WARPS))
     if args.merge_into:
         result = merge_into(json.loads(Path(args.merge_into).read_text()), result)
         cases, summary = result["cases"], result["summary"]

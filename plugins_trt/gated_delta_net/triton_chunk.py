@@ -133,8 +133,9 @@ def chunk_plan(cu_seqlens_host: list[int], device, BT: int = CHUNK) -> dict:
 
 
 WY_SLICE = 32
-"""Column slice of the default stage 1 (chunk_wy_sliced_kernel), at 1 warp (1432 us against 1612 at 2 warps,
-27B, T 32768, tools/results/gdn_stages_32768.json)."""
+"""Column slice of the default stage 1 (chunk_wy_sliced_kernel), at 2 warps: the setting of the end-to-end prefill
+times in tools/results/gdn.json. Per launch 1 warp is faster (1432 us against 1612, 27B, T 32768,
+tools/results/gdn_stages_32768.json); bench_gdn times it end to end as the form "wy_w1"."""
 STATE_STAGES = 3
 """num_stages of stage 2 (the software pipeline of its key / w / u loads). Same file, BV 64: the plain form 1330 us
 at 2 stages, 966 at 3, 888 at 4; the accumulating form (the default) 842 at 3."""
@@ -145,7 +146,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      cu_seqlens: torch.Tensor, cu_seqlens_host: list[int] | None = None,
                      snapshot_every: int = 0, snapshots: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, work: dict | None = None, BV: int | None = None,
-                     BV_out: int = 64, num_warps: tuple[int, int, int] = (1, 4, 4), num_stages: int = STATE_STAGES,
+                     BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = STATE_STAGES,
                      split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
                      wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = True,
                      state_halves: bool = False):
@@ -159,7 +160,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan`; "w", "u",
     "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
     three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps
-    or num_warps[0] = 1 warp): the fastest stage-1 form in all six prefill cases of the H200 benchmark
+    or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
     (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
     Stage 2 (num_stages, BV = pick_bv): state_acc_dot, flash-linear-attention's form (keys loaded transposed, the
     state update accumulated by the dot: 842 us against 966 for the other form at the same tile, 27B T 32768);

@@ -433,11 +433,12 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
 
 # ---- configs (H200: 132 SMs, 4.2 TB/s) -----------------------------------------------------------------------
 
-def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=()) -> list[dict]:
+def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=None) -> list[dict]:
     """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket. fma_tiles serve bucket 1 (a fourth
     entry is PIPE: the K loop's loads go through shared memory with cp.async, that many stages deep), dot_tiles
     buckets 2..16; tc_tiles (num_stages last) give split-position tensor-core configs ("TC": True) for every
-    bucket."""
+    bucket. gluon_tiles: {MP: [(BLOCK_N, BLOCK_K, num_warps, SPLIT_K, PIPE), ...]} for the Gluon kernel (MP 8 serves
+    buckets 1..8, MP 16 bucket 16), in order of preference (gemv_candidates keeps that order)."""
     out = []
     for bm in M_BUCKETS:
         for tile in (fma_tiles if bm == 1 else dot_tiles):
@@ -452,12 +453,10 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=()) -> list[dic
             for split in (1, 2, 4, 8):
                 out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
                             "num_warps": warps, "num_stages": stages, "TC": True})
-        for tile in gluon_tiles:  # gluon_gemv.nvfp4_gemv_mma_kernel, any bucket (K % BLOCK_K == 0)
-            bn, bk, warps = tile[:3]
-            for split in (1, 2, 4, 8):
-                c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
-                     "num_warps": warps, "num_stages": 1, "GLUON": True}
-                out.append({**c, "PIPE": tile[3]} if len(tile) > 3 else c)  # PIPE 2: registers two deep
+        for bn, bk, warps, split, pipe in (gluon_tiles or {}).get(8 if bm <= 8 else 16, []):
+            # gluon_gemv.nvfp4_gemv_mma_kernel, any bucket (K % BLOCK_K == 0); PIPE 2 registers two deep, 3 cp.async
+            out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
+                        "num_stages": 1, "GLUON": True, "PIPE": pipe})
     return out
 
 
@@ -467,8 +466,13 @@ _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256
 _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2), (128, 256, 8, 2)]
 # Gluon mma.sync tiles (BLOCK_N, BLOCK_K, warps): not yet run on a GPU; the build's check against the fp32
 # reference decides whether one is used (see gluon_gemv.py)
-_GLUON_TILES = [(64, 128, 4), (128, 128, 4), (64, 256, 4), (128, 256, 4), (64, 128, 4, 2), (64, 256, 4, 2),
-                (128, 128, 4, 3), (64, 256, 4, 3)]  # a fourth entry: PIPE (2 registers two deep, 3 cp.async stages)
+# Gluon tiles by MP, best first: H200, `python -m atlas.tools.dev.nvfp4_gluon_gemv` (tools/results/nvfp4_gluon_gemv.json,
+# four shapes x M 1 / 4 / 16, 26 configs): SPLIT_K 4 wins on every shape, even N = 34816; BLOCK_K 256 at MP 8, 128 / 64
+# at MP 16; the cp.async form (PIPE 3) on the 27B down projection (K 17408) at M 4 / 16
+_GLUON_TILES = {8: [(64, 256, 4, 4, 1), (128, 256, 4, 4, 1), (64, 128, 4, 4, 3), (64, 256, 4, 4, 2),
+                    (64, 256, 4, 8, 1), (64, 256, 4, 1, 1), (64, 128, 4, 8, 3)],
+                16: [(128, 128, 4, 4, 1), (64, 64, 4, 4, 1), (64, 128, 4, 4, 3), (128, 128, 4, 4, 2),
+                     (128, 128, 4, 8, 1), (64, 128, 4, 8, 3)]}
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""
