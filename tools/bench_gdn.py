@@ -334,6 +334,48 @@ def sweep(kinds: list[str], repeats: int, bw: float) -> list[dict]:
     return rows
 
 
+def verify_stages(B: int, K: int, repeats: int) -> list[dict]:
+    """Per-launch times of one "deltas" verify of K tokens for B sequences at Qwen3.5-27B's shape, the ways the
+    launcher picks at K 9..17: the prep launch, the chunk launch (with the tail at K 17) and the commit."""
+    from atlas.plugins_trt.gated_delta_net import triton_verify_chunk as vc
+    from atlas.plugins_trt.gated_delta_net import triton_verify_prep as vp
+    from atlas.plugins_trt.gated_delta_net.triton_verify import verify_solve_inverse
+    L = Layer(*MODELS["qwen3.5-27b"])
+    n = copies_for(B * (K + 3) * L.state_bytes)
+    x, ab = L.rand(B * K, L.C), L.rand(B * K, 2 * L.HV)
+    a, b = ab[:, :L.HV], ab[:, L.HV:]
+    window = L.rand(n * B, L.C, KW - 1)
+    state = L.rand(n * B, L.HV, L.D, L.D, dtype=torch.float32, scale=0.1)
+    slot_sets = [torch.arange(i * B, (i + 1) * B, dtype=torch.int32, device=DEVICE) for i in range(n)]
+    accepted = torch.full((B,), max(1, K // 2), dtype=torch.int32, device=DEVICE)
+    o = torch.empty(B * K, L.HV * L.D, dtype=BF16, device=DEVICE)
+    R = VerifyRollback.empty(B, K, L.C, L.HV, L.D, L.D, BF16, DEVICE, mode="deltas")
+    qn, vcb, beta = (t.view(B * K, -1) for t in R.scratch)
+    dk, du, dg = R.k.view(B * K, -1), R.u.view(B * K, -1), R.g.view(B * K, -1)
+    keep_x, keep_ab = R.keep_x.view(B * K, L.C), R.keep_ab.view(B * K, 2 * L.HV)
+    tail = K > 16
+    kernel = "prepped_chunk_tail" if tail else "prepped_chunk"
+    inv = verify_solve_inverse(kernel, K)
+    common = dict(keep_x=keep_x, keep_ab=keep_ab, dk=dk, dg=dg, qn=qn, vc=vcb, beta=beta)
+    launches = {
+        "prep": lambda s: vp.launch_verify_prep(x, a, b, L.conv_w, None, L.A_log, L.dt_bias, window, s,
+                                                num_k_heads=L.HK, HV=L.HV, T=K, **common),
+        "chunk": lambda s: vc.launch_verify_chunk(x, a, b, L.conv_w, None, L.A_log, L.dt_bias, window, state, s,
+                                                  num_k_heads=L.HK, T=K, o=o, keep_x=keep_x, keep_ab=keep_ab, dk=dk,
+                                                  du=du, dg=dg, prepped=(qn, vcb, beta), tail=tail,
+                                                  solve_inverse=inv),
+        "commit": lambda s: launch_gdn_commit(R, accepted, window, state, s, L.HK)}
+    rows = []
+    for name, fn in launches.items():
+        r = {}
+        timed(r, "us", [lambda s=s, fn=fn: fn(s) for s in slot_sets], repeats)
+        rows.append({"stage": f"verify B{B} K{K} {name}" + (" (tail, products)" if name == "chunk" and tail else
+                                                            " (products)" if name == "chunk" and inv else ""),
+                     "us": r["us_us"], "timing": r["us_timing"]})
+        print(f"stage {rows[-1]['stage']:40s} {rows[-1]['us']:9.1f} us", flush=True)
+    return rows
+
+
 def stages(T: int, repeats: int) -> list[dict]:
     """Per-stage times of one prefill of T tokens at Qwen3.5-27B's shape, stage 1 at several num_warps."""
     from atlas.plugins_trt.gated_delta_net import triton_chunk as tc
@@ -561,6 +603,8 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", default="", help="also time launch configurations (Atlas only) of these kinds: "
                    f"comma-separated from {list(SWEEP)}, or all")
     p.add_argument("--stages", default="", help="prefill lengths whose stages are timed one by one first")
+    p.add_argument("--verify-stages", default="", help="verify widths (K 9..17) whose launches are timed one by one, "
+                   "at batch 1 and 8")
     p.add_argument("--chunk-warps", default="",
                    help="num_warps of the three chunked-prefill stages (default: launch_chunk_gdn's), or auto "
                    "(needs --stages)")
@@ -583,6 +627,7 @@ def main(argv=None) -> int:
     print(f"{info['device']}: copy bandwidth {bw / 1e12:.2f} TB/s; fla {info['fla']}", flush=True)
     ints = lambda s: [int(v) for v in s.split(",") if v]  # noqa: E731
     staged = [r for T in ints(args.stages) for r in stages(T, args.repeats)]
+    staged += [r for K in ints(args.verify_stages) for B in (1, 8) for r in verify_stages(B, K, args.repeats)]
     if args.chunk_warps == "auto":  # stage 1's fastest num_warps from the stage timings
         wy = [r for r in staged if r["stage"].startswith("wy")]
         best = min(wy, key=lambda r: r["us"])["stage"].split("=")[1] if wy else "8"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|gluon|probe|all]   (dev: per-launch GDN timings and sweeps; gluon: the
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|vstages|gluon|probe|all]   (dev: per-launch GDN timings and sweeps; gluon: the
 #   Gluon NVFP4 GEMV experiment, checked and timed; neither is part of all)
 set -u
 source tools/gpu_env.sh
@@ -35,6 +35,10 @@ if [ "$what" = dev ]; then  # per-launch prefill stages (every stage's tiles, fl
         --out "$out/gdn_stages.json" 2>&1 | tee "$out/gdn_stages.log" | grep -a "stage\|fla config" | tail -60
     python3 -m atlas.tools.bench_gdn --sweep verify_tail,verify_inverse --prefill "" --decode "" --verify-k "" \
         --out "$out/gdn_sweep.json" 2>&1 | tee "$out/gdn_sweep.log" | grep -a "sweep" | tail -20
+fi
+if [ "$what" = vstages ]; then  # the launches of a K 16 / K 17 verify one by one (prep, chunk, commit)
+    python3 -m atlas.tools.bench_gdn --verify-stages 16,17 --prefill "" --decode "" --verify-k "" \
+        --out "$out/gdn_verify_stages.json" 2>&1 | tee "$out/gdn_verify_stages.log" | grep -a "stage" | tail -20
 fi
 if [ "$what" = probe ]; then  # where a wrong Gluon GEMV result comes from (the kernel's pieces, one block)
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv --probe 2>&1 | tee "$out/gluon_probe.log" | tail -30

@@ -149,11 +149,8 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
     if a.stride(0) != b.stride(0):
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     B = slots.numel()
-    prep_warps = prep_warps or prep_config(T)
-    gdn_verify_prep_kernel[(HK + HV, B)](
-        x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
-        A_log, dt_bias, window, slots, qn, dk, vc, dg, beta, keep_x, keep_ab, T,
-        HK=HK, HV=HV, DK=DK, DV=DV, TP=token_tile(T), HAS_CONV_BIAS=conv_bias is not None, num_warps=prep_warps)
+    launch_verify_prep(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, slots, num_k_heads=HK, HV=HV, T=T,
+                       keep_x=keep_x, keep_ab=keep_ab, dk=dk, dg=dg, qn=qn, vc=vc, beta=beta, num_warps=prep_warps)
     if chunk:
         launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=HK,
                             T=T, o=o, keep_x=keep_x, keep_ab=keep_ab, dk=dk, du=du, dg=dg, z=z,
@@ -166,6 +163,19 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
         qn, dk, vc, dg, beta, state, slots, o, o.stride(0), z if fuse_norm else o, z.stride(0) if fuse_norm else 0,
         norm_weight if fuse_norm else state, du, T, HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, FUSE_NORM=fuse_norm,
         NORM_EPS=float(norm_eps), num_warps=num_warps)
+
+
+def launch_verify_prep(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, slots, *, num_k_heads: int, HV: int,
+                       T: int, keep_x, keep_ab, dk, dg, qn, vc, beta, num_warps: int | None = None) -> None:
+    """The first launch alone (gdn_verify_prep_kernel, grid (HK + HV, B)): q̂, k̂ into qn / dk, silu(conv(v)) into
+    vc, g / beta into dg / beta, the raw inputs into keep_x / keep_ab; qn [B*T, HK*DK] and vc [B*T, HV*DV]."""
+    HK = num_k_heads
+    DK, DV = qn.shape[1] // HK, vc.shape[1] // HV
+    gdn_verify_prep_kernel[(HK + HV, slots.numel())](
+        x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
+        A_log, dt_bias, window, slots, qn, dk, vc, dg, beta, keep_x, keep_ab, T,
+        HK=HK, HV=HV, DK=DK, DV=DV, TP=token_tile(T), HAS_CONV_BIAS=conv_bias is not None,
+        num_warps=num_warps or prep_config(T))
 
 
 def prepped_config(DV: int, fuse_norm: bool, BV: int | None = None,
