@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|vstages|gluon|probe|all]   (dev: per-launch GDN timings and sweeps; gluon: the
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|vstages|gluon|wgmma|probe|all]   (dev: per-launch GDN timings and sweeps; gluon: the
 #   Gluon NVFP4 GEMV experiment, checked and timed; neither is part of all)
 set -u
 source tools/gpu_env.sh
@@ -42,6 +42,9 @@ if [ "$what" = vstages ]; then  # the launches of a K 16 / K 17 verify one by on
 fi
 if [ "$what" = probe ]; then  # where a wrong Gluon GEMV result comes from (the kernel's pieces, one block)
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv --probe 2>&1 | tee "$out/gluon_probe.log" | tail -30
+fi
+if [ "$what" = wgmma ]; then  # the Gluon wgmma NVFP4 GEMM (tools/dev/nvfp4_wgmma_gemm.py): correctness + timing
+    python3 -m atlas.tools.dev.nvfp4_wgmma_gemm 2>&1 | tee "$out/nvfp4_wgmma_gemm.log" | grep -a " M=\|Error" | tail -30
 fi
 if [ "$what" = gluon ]; then  # the Gluon mma.sync NVFP4 GEMV (tools/dev/nvfp4_gluon_gemv.py): correctness + timing
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv 2>&1 | tee "$out/nvfp4_gluon_gemv.log" | grep -a " M=\|Error" | tail -30

@@ -1,0 +1,169 @@
+"""NVFP4 GEMM for M >= 64 in Gluon: wgmma with the weights decoded straight into the register A operand (swap-AB:
+acc[BLOCK_N, BLOCK_M] += W[BLOCK_N, BLOCK_K] @ x^T[BLOCK_K, BLOCK_M]), x tiles through a cp.async ring in shared
+memory as the B operand. Not yet integrated in the build: `python -m atlas.tools.dev.nvfp4_wgmma_gemm` checks and
+times it on the GPU box.
+
+Why Gluon: Triton 3.6's swap-AB form of this kernel (tools/dev/nvfp4_swap_ab.py, NOTES.md) lets the next block's
+decode overwrite A registers an in-flight wgmma still reads (the wait it emits covers the shared-memory operand
+only). Here the wait is explicit: block kb's A operand is carried into the next iteration and passed to the
+`warpgroup_mma_wait(num_outstanding=1, deps=...)` that follows block kb + 1's wgmma, so it stays live (and its
+registers unclaimed) until the wgmma that reads it has completed, while the decode of the next block overlaps it.
+
+The weights are decoded exactly as in the Gluon GEMV (gluon_gemv._a_operand: the same k permutation inside each
+BLOCK_K block, one PTX op per bf16x2 pair, layouts checked by assert_trivial conversions). The B operand is read by
+the hardware in its natural k order, so x is permuted the same way first (`permute_k`: one gather over M x K bf16,
+2.6 MB at M = 256, K = 5120).
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+from atlas.plugins_trt.quant_linear import gluon_gemv as gg
+
+
+@gluon.constexpr_function
+def out_layout(BN, NW):
+    """The epilogue's layout: 8 consecutive output columns (n) a thread, n fastest across lanes."""
+    BN, NW = (getattr(v, "value", v) for v in (BN, NW))
+    tn = min(BN // 8, 32)
+    return gl.BlockedLayout([8, 1], [tn, 32 // tn], [1, NW], [0, 1])
+
+
+@gluon.jit
+def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN: gl.constexpr, BK: gl.constexpr,
+          KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr):
+    """Block kb: refill the x slot of block kb - 2 with block kb + S - 2 (every warpgroup is past its wait for block
+    kb - 2's wgmma: the barrier), decode block kb's weights (wd, sr) into A, issue its wgmma, wait for block
+    kb - 1's (whose A operand is a_prev: a dependency of that wait, so its registers are not reused before), load
+    block kb + 1's weights. Returns (acc, A of kb, a_prev, next wd, next sr); the caller alternates two A values so
+    that no copy between loop iterations moves an operand away from its registers (a wgmma reads the registers it
+    was issued with)."""
+    async_copy.wait_group(S - 3)  # block kb's x (this thread's copies) has landed
+    fence_async_shared()           # ... visible to the wgmma (async proxy)
+    gl.thread_barrier()            # everyone's copies are in; every warpgroup has waited for block kb - 2's wgmma
+    async_copy.async_copy_global_to_shared(x_s.index((kb + S - 2) % S), x_rows + gl.minimum(kb + S - 2, nb - 1) * BK)
+    async_copy.commit_group()
+    a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL)
+    nxt = gl.minimum(kb + 1, nb - 1)  # the next block's weights, in registers while this one multiplies
+    wd = gl.load(w_rows + nxt * KW)
+    sr = gl.load(s_rows + nxt * (BK // 16))
+    acc = warpgroup_mma(a, x_s.index(kb % S).permute((1, 0)), acc, is_async=True)
+    acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
+    return acc, a, a_prev, wd, sr
+
+
+@gluon.jit
+def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                            M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                            STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+    """out[M, N] = x @ W^T (+ bias) (+ residual), x given k-permuted (permute_k). Grid (cdiv(N, BLOCK_N) *
+    cdiv(M, BLOCK_M),), M tiles fastest (neighbouring programs share a weight tile). K % (2 BLOCK_K) == 0; BLOCK_N a
+    multiple of 16 x num_warps; BLOCK_M 64..256, a multiple of 64 up to 256; STAGES >= 3 x slots (prefetch
+    distance STAGES - 2 blocks)."""
+    NW: gl.constexpr = gl.num_warps()
+    BN: gl.constexpr = BLOCK_N
+    BM: gl.constexpr = BLOCK_M
+    BK: gl.constexpr = BLOCK_K
+    S: gl.constexpr = STAGES
+    KW: gl.constexpr = BK // 8
+    RP: gl.constexpr = BK // 32
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
+    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
+    wL: gl.constexpr = gg.words_layout(BN, KW, NW, False)
+    sL: gl.constexpr = gg.words_layout(BN, KW, NW, True)
+    pL: gl.constexpr = gg.pairs_layout(BN, BK, NW)
+    x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])  # 16-byte copies
+
+    pid = gl.program_id(0)
+    n_m = gl.cdiv(M, BM)
+    pid_n, pid_m = pid // n_m, pid % n_m
+    nb = K // BK
+
+    rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
+    w_rows = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
+        + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
+    srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
+    s_rows = ws_ptr + srows[:, None] * stride_sn + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
+    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
+    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
+        + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, BK], x_sl)
+    for i in gl.static_range(S - 2):  # prologue: x of blocks 0 .. S - 3 (clamped; an extra copy is harmless)
+        async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + gl.minimum(i, nb - 1) * BK)
+        async_copy.commit_group()
+    wd = gl.load(w_rows)
+    sr = gl.load(s_rows)
+    acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
+    a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
+    for kb in range(0, nb, 2):  # unrolled by two: the A operands of even and odd blocks are different values
+        acc, a0, a1, wd, sr = _step(acc, a1, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN, BK, KW, RP, S, wL, pL, aL)
+        acc, a1, a0, wd, sr = _step(acc, a0, wd, sr, x_s, x_rows, w_rows, s_rows, kb + 1, nb, BN, BK, KW, RP, S, wL,
+                                    pL, aL)
+    acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
+    async_copy.wait_group(0)
+
+    # epilogue in a layout with n fastest (16-byte stores along the output rows)
+    oL: gl.constexpr = out_layout(BN, NW)
+    y = gl.convert_layout(acc, oL)
+    cn = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+    cm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+    y = y * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode
+    mask = (cn < N)[:, None] & (cm < M)[None, :]
+    if HAS_BIAS:
+        y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
+    if HAS_RESIDUAL:
+        y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
+    gl.store(out_ptr + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_PERM = {}
+
+
+def permutation(K: int, BK: int, device) -> torch.Tensor:
+    """int64 [K]: x_perm[:, j] = x[:, perm[j]], the Gluon GEMV's k order inside every BK block (logical k ->
+    physical (BK/4)·i + 4r + 2·s1 + s0, gluon_gemv._a_operand)."""
+    key = (K, BK, str(device))
+    if key not in _PERM:
+        k = torch.arange(BK)
+        s0, i0, i1, s1, r0, rhi = k & 1, (k >> 1) & 1, (k >> 2) & 1, (k >> 3) & 1, (k >> 4) & 1, k >> 5
+        phys = (BK // 4) * (2 * i1 + i0) + 4 * (2 * rhi + r0) + 2 * s1 + s0
+        _PERM[key] = (torch.arange(0, K, BK)[:, None] + phys[None, :]).reshape(-1).to(device)
+    return _PERM[key]
+
+
+def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] bf16 -> its columns in the kernel's k order (a gather; out: a preallocated [M, K] buffer)."""
+    idx = permutation(x.shape[1], BK, x.device)
+    return torch.index_select(x, 1, idx, out=out) if out is not None else torch.index_select(x, 1, idx)
+
+
+def launch_nvfp4_gemm_wgmma(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                            weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
+                            residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                            x_perm: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; config: BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps.
+    x_perm: a preallocated [M, K] bf16 buffer for the permuted x (allocated when None)."""
+    M, K = x.shape
+    N = weight.shape[0]
+    BK = config["BLOCK_K"]
+    if K % (2 * BK):
+        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K) == 0, got K = {K}, BLOCK_K = {BK}")
+    xp = permute_k(x, BK, x_perm)
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    res = residual if residual is not None else out
+    grid = (-(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"]),)
+    nvfp4_gemm_wgmma_kernel[grid](
+        xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, out, M, N, K,
+        xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
+        BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=BK, STAGES=config["STAGES"],
+        HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=config["num_warps"])
+    return out
