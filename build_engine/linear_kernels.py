@@ -10,7 +10,8 @@ The plan the runtime reads (manifest["linear_kernels"]):
                          "64": {...}, "256": {...}, "2048": {...}}}
 FP8 GEMM entries also name their activation-quantization kernel ("quant"); an fp8 "CUBLAS" entry has no kernel
 (cuBLASLt's FP8 GEMM, torch._scaled_mm), an nvfp4 "DEQUANT" entry names nvfp4_dequant_kernel and the weight rows
-it dequantizes per cuBLAS call ("rows"). Autotuning checks every candidate against the fp32 reference first.
+it dequantizes per cuBLAS call ("rows"), an nvfp4 "WGMMA" entry the Gluon wgmma kernel (its input is x permuted with
+gluon_gemm.permute_k at the config's BLOCK_K). Autotuning checks every candidate against the fp32 reference first.
 """
 
 from __future__ import annotations
@@ -139,9 +140,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             if bucket in GEMV_BUCKETS:
                 configs = gemv.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else gemv.CONFIGS_fp8_gemv
                 cands = gemv_candidates(configs, bucket, n, candidates_per_bucket, k)
-            else:  # cuBLASLt's FP8 GEMM takes N and K multiples of 16 only
-                cands = [c for c in (gemm.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else gemm.CONFIGS_fp8_gemm)
-                         if not (c.get("CUBLAS") and (n % 16 or k % 16))]
+            else:
+                cands = gemm.gemm_candidates(fmt, n, k)
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             tag = "_".join(f"{v}" for v in cfg.values())
             item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}
@@ -153,6 +153,10 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                     rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n)
                     item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
                                          gemv.grid_splitk_reduce(rcfg, bucket, n))
+            elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
+                from atlas.plugins_trt.quant_linear import gluon_gemm
+                item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",
+                                     gluon_gemm.grid_wgmma(cfg, bucket, n))
             elif cfg.get("DEQUANT"):  # nvfp4 rows -> bf16 workspace, then cuBLAS (gemm.nvfp4_dequant_linear)
                 rows = min(gemm.dequant_rows(cfg, k), n)
                 item["rows"] = rows

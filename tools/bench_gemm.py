@@ -123,7 +123,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[
             def run8(cfg, qt):
                 return gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg, out=out)
 
-            cands4, cands8 = gemm.CONFIGS_nvfp4_gemm, gemm.CONFIGS_fp8_gemm
+            cands4, cands8 = gemm.gemm_candidates("nvfp4", n, k), gemm.gemm_candidates("fp8", n, k)
             kind = "gemm (W4A16)", "gemm (W8A8)"
         for fmt, run, cands, qts, ref in (("nvfp4", run4, cands4, q4s, ref4), ("fp8", run8, cands8, q8s, ref8)):
             def check(cfg):
@@ -136,7 +136,8 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[
             cfg, t, err, timings = best_of(lambda c: [lambda qt=qt: run(c, qt) for qt in qts], cands, check)
             b = bytes_w[fmt] + io
             label = kind if isinstance(kind, str) else kind[fmt == "fp8"]
-            row[fmt] = {"kernel": "dequant + cuBLAS" if cfg.get("DEQUANT") else label, "config": cfg,
+            label = "dequant + cuBLAS" if cfg.get("DEQUANT") else "wgmma (Gluon)" if cfg.get("WGMMA") else label
+            row[fmt] = {"kernel": label, "config": cfg,
                         "seconds": t, "bytes": b, "bw_fraction": b / t / bandwidth,
                         "speedup_vs_cublas": t_cublas / t, "tflops": 2 * m * n * k / t / 1e12,
                         "rel_error": err, "candidates": timings}

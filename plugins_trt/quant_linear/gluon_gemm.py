@@ -1,7 +1,8 @@
 """NVFP4 GEMM for M >= 64 in Gluon: wgmma with the weights decoded straight into the register A operand (swap-AB:
 acc[BLOCK_N, BLOCK_M] += W[BLOCK_N, BLOCK_K] @ x^T[BLOCK_K, BLOCK_M]), x tiles through a cp.async ring in shared
-memory as the B operand. Not yet integrated in the build: `python -m atlas.tools.dev.nvfp4_wgmma_gemm` checks and
-times it on the GPU box.
+memory as the B operand. One more way of the GEMM buckets (triton_gemm.CONFIGS_nvfp4_wgmma, "WGMMA": True; the
+build keeps it only where it is correct and fastest); `python -m atlas.tools.dev.nvfp4_wgmma_gemm` checks and times
+it on the GPU box on its own.
 
 Why Gluon: Triton 3.6's swap-AB form of this kernel (tools/dev/nvfp4_swap_ab.py, NOTES.md) lets the next block's
 decode overwrite A registers an in-flight wgmma still reads (the wait it emits covers the shared-memory operand
@@ -124,6 +125,36 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     gl.store(out_ptr + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+WGMMA_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M)", "1", "1")
+
+
+def grid_wgmma(config: dict, M: int, N: int) -> tuple[int, int, int]:
+    return (-(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"]), 1, 1)
+
+
+def wgmma_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
+    return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+            "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+
+
+def supports(config: dict, K: int) -> bool:
+    """Whether a WGMMA config can serve K (its K loop is unrolled by two blocks)."""
+    return K % (2 * config["BLOCK_K"]) == 0
+
+
+def signature_nvfp4_gemm_wgmma(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
+    """AotSignature of nvfp4_gemm_wgmma_kernel for a contiguous [N, K] weight (M stays a run-time argument); x_ptr is
+    the k-permuted activation (permute_k with BLOCK_K)."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
+
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
+             "res_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    return aot_signature(nvfp4_gemm_wgmma_kernel, types, ints, wgmma_constexprs(config, has_bias, has_residual),
+                         config, WGMMA_GRID)
+
+
 _PERM = {}
 
 
@@ -149,21 +180,21 @@ def launch_nvfp4_gemm_wgmma(x: torch.Tensor, weight: torch.Tensor, weight_scale:
                             weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                             residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
                             x_perm: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; config: BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps.
-    x_perm: a preallocated [M, K] bf16 buffer for the permuted x (allocated when None)."""
+    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; config: BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps,
+    num_stages (1). x_perm: a preallocated [M, K] bf16 buffer for the permuted x (allocated when None)."""
     M, K = x.shape
     N = weight.shape[0]
-    BK = config["BLOCK_K"]
-    if K % (2 * BK):
-        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K) == 0, got K = {K}, BLOCK_K = {BK}")
-    xp = permute_k(x, BK, x_perm)
+    if not supports(config, K):
+        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K) == 0, got K = {K}, BLOCK_K = {config['BLOCK_K']}")
+    xp = permute_k(x, config["BLOCK_K"], x_perm)
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    if M == 0:
+        return out
     res = residual if residual is not None else out
-    grid = (-(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"]),)
-    nvfp4_gemm_wgmma_kernel[grid](
+    nvfp4_gemm_wgmma_kernel[grid_wgmma(config, M, N)](
         xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, out, M, N, K,
         xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
-        BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=BK, STAGES=config["STAGES"],
-        HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=config["num_warps"])
+        **wgmma_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
     return out

@@ -234,7 +234,16 @@ CONFIGS_nvfp4_dequant = [
 workspace and cuBLAS multiplies them (nvfp4_dequant_linear). Costs 2.56 bytes a weight element of traffic
 (~110 us for the 27B gate_up), so it pays where the GEMM is MMA-bound: M of a few hundred and up."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_dequant
-"""Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, then the dequantize + cuBLAS configs ("DEQUANT")."""
+CONFIGS_nvfp4_wgmma = [
+    {"WGMMA": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1}
+    for bm, bn, bk, st, w in [(256, 64, 64, 4, 4), (128, 64, 64, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 5, 4),
+                              (256, 128, 64, 4, 8), (128, 128, 64, 5, 8), (128, 128, 128, 4, 8), (64, 128, 128, 5, 8)]
+]
+"""nvfp4 at M >= 64 through gluon_gemm.nvfp4_gemm_wgmma_kernel (wgmma, the decoded weights as its register operand;
+K % (2 BLOCK_K) == 0 only: gemm_candidates drops it elsewhere)."""
+CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma
+"""Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
+wgmma kernel ("WGMMA")."""
 CONFIGS_fp8_gemm = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [
@@ -250,6 +259,16 @@ CONFIGS_fp8_gemm += CONFIGS_fp8_scaled_mm
 CONFIGS_quantize_rows_fp8 = [{"BLOCK_K": bk, "num_warps": w, "num_stages": 1}
                              for bk, w in ((1024, 4), (2048, 4), (4096, 8))]
 """Candidates for quantize_rows_fp8_kernel (memory-bound, one row a program)."""
+
+
+def gemm_candidates(fmt: str, N: int, K: int) -> list[dict]:
+    """The M >= 64 configs that can serve an [N, K] weight: cuBLASLt's FP8 GEMM takes N and K multiples of 16
+    only, the wgmma kernel K multiples of 2 BLOCK_K."""
+    from atlas.plugins_trt.quant_linear.gluon_gemm import supports
+
+    configs = CONFIGS_nvfp4_gemm if fmt == "nvfp4" else CONFIGS_fp8_gemm
+    return [c for c in configs if not (c.get("CUBLAS") and (N % 16 or K % 16))
+            and not (c.get("WGMMA") and not supports(c, K))]
 
 
 def grid_gemm(config: dict, M: int, N: int) -> tuple[int, int, int]:
@@ -388,9 +407,12 @@ def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; x bf16 [M, K]; W in nvfp4 storage (u8 [N, K/2], ...).
-    A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel."""
+    A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel, a WGMMA config the Gluon kernel."""
     if config.get("DEQUANT"):
         return nvfp4_dequant_linear(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
+    if config.get("WGMMA"):
+        from atlas.plugins_trt.quant_linear.gluon_gemm import launch_nvfp4_gemm_wgmma
+        return launch_nvfp4_gemm_wgmma(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     N, K = weight.shape[0], weight.shape[1] * 2
     _check(x, torch.bfloat16, K, "x")
     M = x.shape[0]

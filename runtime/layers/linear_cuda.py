@@ -85,6 +85,11 @@ class CudaLinear:
                 self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)
+        elif self.fmt == "nvfp4" and entry["config"].get("WGMMA"):  # x in the kernel's k order first (one gather)
+            from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k
+
+            xp = permute_k(x, entry["config"]["BLOCK_K"])
+            self._launch(entry["kernel"], x_ptr=xp, out_ptr=out, **{**common, "stride_xm": xp.stride(0)})
         elif self.fmt == "nvfp4":
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
         else:  # W8A8: quantize activations per row, then the FP8 tensor-core GEMM

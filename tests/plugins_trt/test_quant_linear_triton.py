@@ -413,7 +413,7 @@ import json, re, subprocess, tempfile, time
 from pathlib import Path
 import triton
 from atlas.build_engine.kernels import compile_kernel
-from atlas.plugins_trt.quant_linear import triton_gemm as GM, triton_gemv as GV
+from atlas.plugins_trt.quant_linear import gluon_gemm as GLG, triton_gemm as GM, triton_gemv as GV
 
 cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 N, K = 4096, 4096
@@ -434,6 +434,8 @@ cases = {  # name: (AotSignature, grid)
     "nvfp4_dequant": (GM.signature_nvfp4_dequant(GM.CONFIGS_nvfp4_dequant[0], N, K),
                       GM.grid_nvfp4_dequant(GM.CONFIGS_nvfp4_dequant[0], 4096, K)),
     "fp8_gemm": (GM.signature_fp8_gemm(fp8_gemm, N, K, True, True), GM.grid_gemm(fp8_gemm, 2048, N)),
+    "nvfp4_wgmma": (GLG.signature_nvfp4_gemm_wgmma(GM.CONFIGS_nvfp4_wgmma[0], N, K, True, True),
+                    GLG.grid_wgmma(GM.CONFIGS_nvfp4_wgmma[0], 2048, N)),
 }
 report = {}
 for name, (sig, grid) in cases.items():
@@ -471,7 +473,7 @@ def test_aot_compile_sm90(tmp_path):
         assert e["global_scratch"] == 0
     for name in ("nvfp4_gemv.BM1", "fp8_gemv.BM1"):
         assert report[name]["ptx_v4_loads"] > 0, f"{name}: weights are not loaded 16 bytes at a time"
-    for name in ("nvfp4_gemm", "fp8_gemm"):
+    for name in ("nvfp4_gemm", "fp8_gemm", "nvfp4_wgmma"):
         assert report[name]["wgmma"] > 0, f"{name} does not use wgmma"
 
 
@@ -503,9 +505,14 @@ def test_gemv_gpu(fmt, M, shape):
 @pytest.mark.parametrize("M", [64, 256, 2048])
 @pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
 def test_gemm_gpu(fmt, M, shape):
-    configs = GM.CONFIGS_nvfp4_gemm if fmt == "nvfp4" else GM.CONFIGS_fp8_gemm
+    configs = [c for c in GM.gemm_candidates(fmt, *shape) if not c.get("WGMMA")]
     for i, cfg in enumerate(configs[::3]):
         check_gemm(fmt, M, *shape, cfg, seed=M + i, qt=cached_weight(fmt, *shape))
+    if fmt == "nvfp4":  # every Gluon wgmma config where K allows it (the odd K 4112 does not)
+        wgmma = [c for c in GM.gemm_candidates(fmt, *shape) if c.get("WGMMA")]
+        assert bool(wgmma) == (shape == ALIGNED)
+        for i, cfg in enumerate(wgmma):
+            check_gemm(fmt, M, *shape, cfg, seed=M + 70 + i, qt=cached_weight(fmt, *shape))
     if fmt == "fp8" and shape == ALIGNED:  # cuBLASLt (N, K multiples of 16 only)
         check_gemm(fmt, M, *shape, GM.CONFIGS_fp8_scaled_mm[0], seed=M + 60, qt=cached_weight(fmt, *shape))
     if fmt == "nvfp4":  # the dequantize + cuBLAS way, at several chunks a weight (the last one partial)

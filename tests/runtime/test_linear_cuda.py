@@ -43,6 +43,39 @@ def library_engines(tmp_path_factory):
         mp.undo()
 
 
+@pytest.fixture(scope="module")
+def wgmma_engine(tmp_path_factory):
+    """An nvfp4 engine whose GEMM buckets take the Gluon wgmma kernel where K allows it (K % (2 BLOCK_K) == 0: the
+    tiny model's down projection, K 128) and an nvfp4_gemm_kernel tile elsewhere."""
+    from atlas.plugins_trt.quant_linear import triton_gemm as GM
+
+    wg = next(c for c in GM.CONFIGS_nvfp4_wgmma if c["BLOCK_K"] == 64)
+    tile = next(c for c in GM.CONFIGS_nvfp4_gemm if not c.get("DEQUANT") and not c.get("WGMMA"))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(GM, "CONFIGS_nvfp4_gemm", [wg, tile])
+    try:
+        return build(BuildConfig("synthetic:tiny-qwen3.5-vl", tmp_path_factory.mktemp("wgmma") / "e", dtype="nvfp4",
+                                 device="cuda", autotune=False, progress=False))
+    finally:
+        mp.undo()
+
+
+def test_wgmma_way_in_the_plan(wgmma_engine):
+    """WGMMA entries name a compiled Gluon kernel; weights whose K it cannot serve keep the tile."""
+    table = wgmma_engine.manifest["kernels"]["kernels"]
+    seen = 0
+    for key, entry in wgmma_engine.manifest["linear_kernels"].items():
+        k = int(key.split("x")[1])
+        for bucket in ("64", "256", "2048"):
+            item = entry[bucket]
+            assert bool(item["config"].get("WGMMA")) == (k % 128 == 0), (key, item["config"])
+            assert item["kernel"] in table
+            seen += bool(item["config"].get("WGMMA"))
+            if item["config"].get("WGMMA"):
+                assert table[item["kernel"]]["shared"] > 0 and item["kernel"].startswith("nvfp4_wgmma.")
+    assert seen
+
+
 def test_library_ways_in_the_plan(library_engines):
     """DEQUANT entries name the compiled nvfp4_dequant_kernel and its rows per call; CUBLAS entries only the
     activation quantization."""
@@ -101,6 +134,12 @@ def test_cuda_linear_matches_reference(name, m, cuda_engines):
 @pytest.mark.parametrize("m", [17, 64, 300, 2048])
 def test_cuda_linear_library_ways_match_reference(fmt, m, library_engines):
     check_engine_linears(library_engines[fmt], m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [17, 64, 300, 2048])
+def test_cuda_linear_wgmma_way_matches_reference(m, wgmma_engine):
+    check_engine_linears(wgmma_engine, m)
 
 
 def check_engine_linears(result, m):

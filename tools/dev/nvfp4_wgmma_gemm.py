@@ -10,9 +10,9 @@ import json
 import os
 import sys
 
-CONFIGS = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, num_warps=nw) for bm, bn, bk, st, nw in (
-    (256, 64, 64, 4, 4), (128, 64, 64, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 5, 4),
-    (256, 128, 64, 4, 8), (128, 128, 64, 5, 8), (128, 128, 128, 4, 8), (64, 128, 128, 5, 8))]
+def _configs() -> list[dict]:
+    from atlas.plugins_trt.quant_linear.triton_gemm import CONFIGS_nvfp4_wgmma
+    return CONFIGS_nvfp4_wgmma
 
 
 def a_register_hazards(sass: str) -> list[str]:
@@ -76,8 +76,8 @@ def sass_report() -> None:
              "res_ptr": "*bf16", "out_ptr": "*bf16"}
     aligned = ("N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_rm", "stride_om")
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    for cfg in CONFIGS:
-        cx = {k: v for k, v in cfg.items() if k != "num_warps"} | {"HAS_BIAS": False, "HAS_RESIDUAL": False}
+    for cfg in _configs():
+        cx = gm.wgmma_constexprs(cfg, False, False)
         sig = {n: ("constexpr" if n in cx else types.get(n, "i32")) for n in fn.arg_names}
         attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
                  if sig[n].startswith("*") or n in aligned}
@@ -126,7 +126,7 @@ def main() -> None:
                 row["shipped_us"] = c0["nvfp4"]["seconds"] * 1e6
                 row["shipped_cublas_us"] = c0["cublas_bf16"]["seconds"] * 1e6
             row["variants"] = []
-            for cfg in CONFIGS:
+            for cfg in _configs():
                 rec = dict(cfg)
                 try:
                     xp = torch.empty_like(x)
