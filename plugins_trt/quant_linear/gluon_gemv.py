@@ -18,7 +18,8 @@ assert_trivial=True)`, so the compiler refuses any data movement between threads
     order renames 32-bit values; a final mov reinterprets them as bf16 pairs.
   * sm_90 SASS (compiled on the CPU, `python -m atlas.tools.dev.nvfp4_gluon_gemv --sass`): 2.66-3.6 instructions a
     weight element in the loop, no shared memory, no spills; the latency-hiding forms (PIPE 2: registers two deep,
-    3.1-4.3; PIPE 3 / 4: cp.async stages through shared memory, 2.9-3.4) are candidates beside it.
+    3.06-3.41 now that only raw 32-bit words cross the loop; PIPE 3 / 4: cp.async stages through shared memory,
+    2.9-3.4) are candidates beside it.
 
 Gluon kernels cannot run in Triton's interpreter; the GPU check is `python -m atlas.tools.dev.nvfp4_gluon_gemv`
 and the GPU tests of test_quant_linear_triton.py.
@@ -80,6 +81,23 @@ def x_layout(BK, MP, NW):
     reg = [[0, 1 << b] for b in range(q.bit_length() - 1)] + ([[8, 0]] if MP == 16 else [])
     return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=[[0, q], [0, 2 * q], [1, 0], [2, 0], [4, 0]],
                                       warp_bases=[[0, 0]] * (NW.bit_length() - 1), block_bases=[], shape=[MP, BK])
+
+
+@gluon.constexpr_function
+def x_pairs_layout(BK, MP, NW):
+    """x as int32 bf16 pairs [MP, BK/2], physical order: x_layout without its k + 1 basis (the pair's two halves)."""
+    BK, MP, NW = (getattr(v, "value", v) for v in (BK, MP, NW))
+    q = BK // 8
+    reg = [[0, 1 << b] for b in range(q.bit_length() - 1)] + ([[8, 0]] if MP == 16 else [])
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=[[0, q], [0, 2 * q], [1, 0], [2, 0], [4, 0]],
+                                      warp_bases=[[0, 0]] * (NW.bit_length() - 1), block_bases=[], shape=[MP, BK // 2])
+
+
+@gluon.jit
+def _x_unpack(xw, BK: gl.constexpr, MP: gl.constexpr, xL: gl.constexpr):
+    """int32 bf16 pairs [MP, BK/2] -> bf16 [MP, BK] in x_layout (a register rename: low half = even k)."""
+    u = gl.inline_asm_elementwise(UNPACK, "=r,r,r", [gl.join(xw, xw)], dtype=gl.bfloat16, is_pure=True, pack=2)
+    return gl.convert_layout(gl.reshape(u, [MP, BK]), xL, assert_trivial=True)
 
 
 @gluon.jit
@@ -213,18 +231,25 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     if PIPE > 2:  # cp.async through shared memory, PIPE stages deep (one CTA barrier a block)
         acc = _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
                          BN, BK, MP, RP, KW, NW, PIPE, wL, sL, pL, xL, aL, bL)
-    elif PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math
+    elif PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math; what crosses
+        # the loop is the loads' raw 32-bit words (x as bf16 pairs), so nothing gets repacked on the way
+        xpL: gl.constexpr = x_pairs_layout(BK, MP, NW)
+        xpm = gl.arange(0, MP, layout=gl.SliceLayout(1, xpL))
+        xp_rows = (x_ptr + xpm[:, None] * stride_xm).to(gl.pointer_type(gl.int32)) \
+            + gl.arange(0, BK // 2, layout=gl.SliceLayout(0, xpL))[None, :]
+        xpmask = (xpm < M)[:, None]
         kb0 = gl.minimum(b_lo, nb - 1)  # an empty split loads block nb - 1 and never uses it
         wd = gl.load(w_rows + kb0 * KW)
-        sc = _scales(gl.load(s_rows + kb0 * (BK // 16)), BN, KW, wL)
-        b = _x_operand(gl.load(x_rows + kb0 * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
+        sr = gl.load(s_rows + kb0 * (BK // 16))
+        xw = gl.load(xp_rows + kb0 * (BK // 2), mask=xpmask, other=0)
         for kb in range(b_lo, b_hi):
             nxt = gl.minimum(kb + 1, b_hi - 1)
             wd_n = gl.load(w_rows + nxt * KW)
             sr_n = gl.load(s_rows + nxt * (BK // 16))
-            xv_n = gl.load(x_rows + nxt * BK, mask=xmask, other=0.0)
-            acc = _block(acc, wd, sc, b, BN, BK, RP, pL, aL)
-            wd, sc, b = wd_n, _scales(sr_n, BN, KW, wL), _x_operand(xv_n, BK, MP, RP, bL)
+            xw_n = gl.load(xp_rows + nxt * (BK // 2), mask=xpmask, other=0)
+            b = _x_operand(_x_unpack(xw, BK, MP, xL), BK, MP, RP, bL)
+            acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
+            wd, sr, xw = wd_n, sr_n, xw_n
     else:
         for kb in range(b_lo, b_hi):
             sc = _scales(gl.load(s_rows + kb * (BK // 16)), BN, KW, wL)
