@@ -95,7 +95,8 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                       norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
                       out: torch.Tensor | None = None, BV: int | None = None,
                       num_warps: int | None = None, dot_prec: str = "tf32",
-                      deltas_kernel: str | None = None, solve_inverse: bool | None = None) -> torch.Tensor:
+                      deltas_kernel: str | None = None, solve_inverse: bool | None = None,
+                      tail_dots: bool = False) -> torch.Tensor:
     """Verify T tokens per sequence from the slots without changing them.
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
@@ -103,7 +104,8 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     Mode "deltas" only: deltas_kernel, one of DELTAS_KERNELS (default: deltas_verify_kernel's choice), and
     dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee"); solve_inverse, the chunk
     kernels' token solve by (I + A)^{-1} from products instead of forward substitution (default:
-    verify_solve_inverse's choice).
+    verify_solve_inverse's choice); tail_dots, "prepped_chunk_tail"'s last token from three small dots
+    (launch_verify_chunk; untimed).
     """
     B, T, C = mixed_qkv.shape
     _, HV, DK, DV = state.shape
@@ -141,7 +143,7 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
         launch_verify_prepped(*args, num_k_heads=num_k_heads, T=T, qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
                               beta=beta.view(B * T, -1), chunk=deltas_kernel.startswith("prepped_chunk"),
                               tail=deltas_kernel == "prepped_chunk_tail", dot_prec=dot_prec,
-                              solve_inverse=solve_inverse, **deltas, **common)
+                              solve_inverse=solve_inverse, tail_dots=tail_dots, **deltas, **common)
     return o
 
 

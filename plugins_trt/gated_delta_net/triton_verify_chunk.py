@@ -62,6 +62,12 @@ def _conv_tile(xs, stride_x, win, conv_w, conv_b, ch, t, T, TP: tl.constexpr, D:
 
 
 @triton.jit
+def _row(X, t, i):
+    """Row i of a [TP, n] tile as an [n] vector."""
+    return tl.sum(tl.where((t == i)[:, None], X, 0.0), axis=0)
+
+
+@triton.jit
 def gdn_verify_chunk_kernel(
     x, stride_x,          # [B*T, C] raw conv inputs [q | k | v], C = 2·HK·DK + HV·DV; row b·T + t
     a, b, stride_ab,      # [B*T, HV] raw gate inputs (decay a, beta b), one row stride for both
@@ -85,6 +91,7 @@ def gdn_verify_chunk_kernel(
                           # products taken before the solve: the tile's end state is never formed
     SOLVE_INV: tl.constexpr = False,  # solve with inv_unit_lower (LOG2TP = log2(TP)) instead of forward substitution
     LOG2TP: tl.constexpr = 4,
+    TAIL_DOTS: tl.constexpr = False,  # the tail's products as three small tensor-core dots (untimed)
 ):
     iv, h, bi = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     R: tl.constexpr = HV // HK
@@ -143,13 +150,23 @@ def gdn_verify_chunk_kernel(
         tl.store(dk + (rows[:, None] * HK + kh) * DK + ck[None, :], k, mask=m2)
     if TAIL:  # the tail token's products with S0 and with the tile's keys, so that S0, q and k die here
         tr = row0 + NT
-        q1 = tl.load(qn + (tr * HK + kh) * DK + ck)
-        k1 = tl.load(dk + (tr * HK + kh) * DK + ck)
-        kS0 = tl.sum(S0 * k1[:, None], axis=0)  # [BV]  k1ᵀ S0
-        qS0 = tl.sum(S0 * q1[:, None], axis=0)
-        kk1 = tl.sum(k * k1[None, :], axis=1)   # [TP]  k̂_j · k1
-        kq1 = tl.sum(k * q1[None, :], axis=1)
-        qk1 = tl.sum(q1 * k1, axis=0)
+        G_last = tl.sum(g, axis=0)
+        w_j = tl.where(valid, tl.exp(G_last - G), 0.0)
+        if TAIL_DOTS:  # rows 0 / 1 of a [TP, DK] tile hold k1 / q1: dots instead of cross-warp reductions
+            own = (tr * HK + kh) * DK + ck[None, :]
+            Q1 = tl.load(tl.where((t == 0)[:, None], dk + own, qn + own), mask=(t < 2)[:, None], other=0.0)
+            P = tl.dot(Q1, S0, input_precision=DOT_PREC)  # [TP, BV]: rows k1ᵀ S0, q1ᵀ S0
+            kS0, qS0 = _row(P, t, 0), _row(P, t, 1)
+            Cw = tl.dot(Q1, kt, input_precision=DOT_PREC) * w_j[None, :]  # rows: k1 · k̂_j w_j, q1 · k̂_j w_j
+            qk1 = tl.sum(tl.where(t == 0, _row(tl.dot(Q1, tl.trans(Q1), input_precision=DOT_PREC), t, 1), 0.0), axis=0)
+        else:
+            q1 = tl.load(qn + (tr * HK + kh) * DK + ck)
+            k1 = tl.load(dk + (tr * HK + kh) * DK + ck)
+            kS0 = tl.sum(S0 * k1[:, None], axis=0)  # [BV]  k1ᵀ S0
+            qS0 = tl.sum(S0 * q1[:, None], axis=0)
+            kk1 = tl.sum(k * k1[None, :], axis=1)   # [TP]  k̂_j · k1
+            kq1 = tl.sum(k * q1[None, :], axis=1)
+            qk1 = tl.sum(q1 * k1, axis=0)
     if SOLVE_INV:  # U = (I + A)^{-1} rhs with the inverse by products: no row-by-row loop
         U = tl.dot(inv_unit_lower(A, LOG2TP), U, input_precision="ieee")
     else:
@@ -168,12 +185,14 @@ def gdn_verify_chunk_kernel(
     tl.store(o + rows[:, None] * stride_o + h * DV + cv[None, :], out.to(o.dtype.element_ty), mask=m2)
     tl.store(du + (rows[:, None] * HV + h) * DV + cv[None, :], U, mask=m2)
     if TAIL:  # S_NT = exp(G_NT) S0 + sum_j w_j k̂_j u_jᵀ is never formed: only k1ᵀ S_NT and q1ᵀ S_NT are needed
-        G_last = tl.sum(g, axis=0)
-        w_j = tl.where(valid, tl.exp(G_last - G), 0.0)
         e1 = tl.exp(tl.load(dg + tr * HV + h))
         eL = tl.exp(G_last)
-        kS = e1 * (eL * kS0 + tl.sum((kk1 * w_j)[:, None] * U, axis=0))  # k1ᵀ (exp(g1) S_NT)
-        qS = e1 * (eL * qS0 + tl.sum((kq1 * w_j)[:, None] * U, axis=0))
+        if TAIL_DOTS:
+            D = tl.dot(Cw, U, input_precision=DOT_PREC)  # rows: sum_j (k1 · k̂_j) w_j u_j, the same with q1
+            kS, qS = e1 * (eL * kS0 + _row(D, t, 0)), e1 * (eL * qS0 + _row(D, t, 1))
+        else:
+            kS = e1 * (eL * kS0 + tl.sum((kk1 * w_j)[:, None] * U, axis=0))  # k1ᵀ (exp(g1) S_NT)
+            qS = e1 * (eL * qS0 + tl.sum((kq1 * w_j)[:, None] * U, axis=0))
         v1 = tl.load(vc + tr * (HV * DV) + h * DV + cv).to(tl.float32)
         u1 = tl.load(beta_in + tr * HV + h) * (v1 - kS)
         o1 = qS + qk1 * u1  # q1ᵀ S_T with S_T = exp(g1) S_NT + k1 u1ᵀ
@@ -269,12 +288,15 @@ def commit_deltas_bv(DV: int) -> int:
 def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                         T: int, o, keep_x, keep_ab, dk, du, dg, z=None, norm_weight=None, norm_eps: float = 1e-6,
                         BV: int | None = None, num_warps: int | None = None, dot_prec: str = "tf32",
-                        prepped=None, tail: bool = False, solve_inverse: bool = False) -> None:
+                        prepped=None, tail: bool = False, solve_inverse: bool = False,
+                        tail_dots: bool = False) -> None:
     """Launch gdn_verify_chunk_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV].
     prepped: (qn, vc, beta) filled (with dk, dg, keep_x, keep_ab) by gdn_verify_prep_kernel, or None.
     tail (needs prepped): the first T - 1 tokens in the tile, the last as one step after it (T 17 in a 16 tile),
     from k1ᵀ S0, q1ᵀ S0 and its products with the tile's keys taken before the solve.
-    solve_inverse: the token solve by (I + A)^{-1} computed with products (no row loop)."""
+    solve_inverse: the token solve by (I + A)^{-1} computed with products (no row loop).
+    tail_dots (with tail): the tail's products with S0 and the keys as three small dots, not cross-warp sums (untimed;
+    sm_90 at BV 64 / 4 warps: 33 CTA barriers and 1816 instructions in the kernel against 56 and 2024)."""
     if tail and prepped is None:
         raise ValueError("tail=True needs the prep launch's outputs (prepped)")
     _, HV, DK, DV = state.shape
@@ -297,7 +319,7 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
         HK=num_k_heads, HV=HV, DK=DK, DV=DV, BV=BV, TP=TP, FUSE_NORM=fuse_norm,
         NORM_EPS=float(norm_eps), HAS_CONV_BIAS=conv_bias is not None, DOT_PREC=dot_prec,
         PREPPED=prepped is not None, TAIL=int(tail), SOLVE_INV=solve_inverse, LOG2TP=TP.bit_length() - 1,
-        num_warps=num_warps)
+        TAIL_DOTS=tail_dots, num_warps=num_warps)
 
 
 def launch_commit_deltas(dk, du, dg, keep_x, accepted, window, state, slots, *, num_k_heads: int, T: int,
@@ -315,7 +337,7 @@ def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV
                                num_stages: int = 2, norm_eps: float = 1e-6, fuse_norm: bool = True,
                                act: str = "*bf16", state: str = "*fp32", has_conv_bias: bool = False,
                                dot_prec: str = "tf32", prepped: bool = False, tail: bool = False,
-                               solve_inverse: bool = False):
+                               solve_inverse: bool = False, tail_dots: bool = False):
     """gdn_verify_chunk_kernel for widths of the token tile token_tile(T); T stays a run-time int. prepped: reads the
     prep launch's outputs (triton_verify_prep) instead of computing the conv and norms.
 
@@ -331,7 +353,7 @@ def signature_gdn_verify_chunk(HK: int, HV: int, DK: int, DV: int, T: int, *, BV
     TP = token_tile(T - 1 if tail else T)
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BV=BV, TP=TP, FUSE_NORM=fuse_norm,
                  NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias, DOT_PREC=dot_prec, PREPPED=prepped,
-                 TAIL=int(tail), SOLVE_INV=solve_inverse, LOG2TP=TP.bit_length() - 1)
+                 TAIL=int(tail), SOLVE_INV=solve_inverse, LOG2TP=TP.bit_length() - 1, TAIL_DOTS=tail_dots)
     return aot_signature_of(gdn_verify_chunk_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
 
 

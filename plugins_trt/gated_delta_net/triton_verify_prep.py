@@ -136,11 +136,13 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
                           num_k_heads: int, T: int, o, keep_x, keep_ab, dk, du, dg, qn, vc, beta, z=None,
                           norm_weight=None, norm_eps: float = 1e-6, BV: int | None = None,
                           num_warps: int | None = None, prep_warps: int | None = None, chunk: bool = False,
-                          tail: bool = False, dot_prec: str = "tf32", solve_inverse: bool = False) -> None:
+                          tail: bool = False, dot_prec: str = "tf32", solve_inverse: bool = False,
+                          tail_dots: bool = False) -> None:
     """Both launches; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV]; dk/qn [B*T, HK, DK],
     du [B*T, HV, DV], vc [B*T, HV*DV], dg/beta [B*T, HV]. chunk: the second launch is the chunk-form kernel
     (triton_verify_chunk, PREPPED) instead of the token-by-token recurrence; with tail, its tile holds the first
-    T - 1 tokens and the last runs as one step after it; solve_inverse: its token solve by products."""
+    T - 1 tokens and the last runs as one step after it (tail_dots: see launch_verify_chunk); solve_inverse: its token
+    solve by products."""
     _, HV, DK, DV = state.shape
     C, KW = conv_weight.shape
     HK = num_k_heads
@@ -155,7 +157,8 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
         launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=HK,
                             T=T, o=o, keep_x=keep_x, keep_ab=keep_ab, dk=dk, du=du, dg=dg, z=z,
                             norm_weight=norm_weight, norm_eps=norm_eps, BV=BV, num_warps=num_warps,
-                            dot_prec=dot_prec, prepped=(qn, vc, beta), tail=tail, solve_inverse=solve_inverse)
+                            dot_prec=dot_prec, prepped=(qn, vc, beta), tail=tail, solve_inverse=solve_inverse,
+                            tail_dots=tail_dots)
         return
     fuse_norm = z is not None
     BV, num_warps = prepped_config(DV, fuse_norm, BV, num_warps)

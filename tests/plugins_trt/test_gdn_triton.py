@@ -267,7 +267,8 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
 
 
 @pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk", "prepped_chunk_tail",
-                                    "chunk-inverse", "prepped_chunk_tail-inverse", "prepped_chunk_tail-substitution"])
+                                    "chunk-inverse", "prepped_chunk_tail-inverse", "prepped_chunk_tail-substitution",
+                                    "prepped_chunk_tail-dots"])
 @pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
 def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     """Mode "deltas", filled by either verify kernel (the chunk form at both token tiles, 16 and 32, or token
@@ -282,6 +283,7 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     rb = VerifyRollback.empty(B, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
     assert rb.mode == "deltas"
     kernel, inverse = kernel.removesuffix("-inverse"), kernel.endswith("-inverse")  # "-inverse": solve by products
+    kernel, tail_dots = kernel.removesuffix("-dots"), kernel.endswith("-dots")  # the tail from three small dots
     if kernel.endswith("-substitution"):  # the default at K 17 is the solve by products; this is the other
         kernel, inverse = kernel.removesuffix("-substitution"), False
     elif not inverse:
@@ -293,7 +295,7 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
         return
     o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb, conv_bias=cb,
                           z=z, norm_weight=norm_w, out=poison(B, K, s.HV, s.DV), deltas_kernel=kernel,
-                          solve_inverse=inverse)
+                          solve_inverse=inverse, tail_dots=tail_dots)
     assert torch.equal(window, s.window) and torch.equal(state, s.state), "verify changed a slot"
     assert torch.isnan(o[1]).all(), "a padding row was written"
 
@@ -672,15 +674,17 @@ def test_gpu_decode_and_verify_real_shapes(model):
         print(f"    fla decode seq0 vs atlas: {rel(o[0], of[0, 0].float()):.2e}")
     for mode, kernel, inverse in (("states", None, False), ("deltas", "chunk", False), ("deltas", "recurrent", False),
                                   ("deltas", "prepped", False), ("deltas", "prepped_chunk", False),
-                                  ("deltas", "prepped_chunk_tail", False), ("deltas", "prepped_chunk_tail", True)):
+                                  ("deltas", "prepped_chunk_tail", False), ("deltas", "prepped_chunk_tail", True),
+                                  ("deltas", "prepped_chunk_tail-dots", True)):
+        kernel, dots = (kernel.removesuffix("-dots"), kernel.endswith("-dots")) if kernel else (kernel, False)
         for K in (4, 17):
             x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
             window, state = s.window.clone(), s.state.clone()
             rb = VerifyRollback.empty(2, K, s.C, HV, D, D, torch.bfloat16, DEV, mode=mode)
             o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots[:2], HK, rb,
                                   out=poison(2, K, HV, D, dtype=torch.bfloat16), deltas_kernel=kernel,
-                                  solve_inverse=inverse)
-            way = f"{mode}, {kernel}{', inverse' if inverse else ''}" if kernel else mode
+                                  solve_inverse=inverse, tail_dots=dots)
+            way = f"{mode}, {kernel}{', inverse' if inverse else ''}{', dots' if dots else ''}" if kernel else mode
             accepted = torch.tensor([K // 2 + 1, K], dtype=torch.int32, device=DEV)
             launch_gdn_commit(rb, accepted, window, state, slots[:2], HK)
             for i, sl in enumerate(slots[:2].tolist()):
