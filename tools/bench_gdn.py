@@ -119,7 +119,8 @@ def fla_split(L: Layer, y, B, T):
 # forms of the prefill timed beside launch_chunk_gdn's default in every prefill case: keyword arguments of
 # launch_chunk_gdn, or of launch_conv_varlen with a "conv_" prefix
 PREFILL_FORMS = {"wy_w1": {"wy_warps": 1}, "state_plain": {"state_acc_dot": False}, "state_s4": {"num_stages": 4},
-                 "state_halves": {"state_halves": True}, "conv_time_major": {"conv_chan_first": False}}
+                 "state_halves": {"state_halves": True}, "conv_time_major": {"conv_chan_first": False},
+                 "out_heads": {"out_heads": True}, "out_heads_s1": {"out_heads": True, "out_head_stages": 1}}
 PREFILL_DEFAULT = "sliced_wy_w2_accdot_bv64_s3"
 """launch_chunk_gdn's default (stage 1 sliced at 2 warps, stage 2 accumulating at BV 64 / 3 stages; the conv's grid
 channel-major), the name this file records it under (earlier runs: "sliced_wy_bk32_w2", "held_wy" for the
@@ -459,6 +460,11 @@ def stages(T: int, repeats: int) -> list[dict]:
             (NT, HV, D // bv)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"],
                                W["dv"], o, o.stride(0), HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, DOT_PREC="tf32",
                                num_warps=nw, num_stages=ns))
+    for bv, nw, hs in ((64, 4, 2), (64, 4, 1), (64, 8, 2), (32, 4, 2), (128, 8, 2)):  # by key head (HEADS)
+        add(f"out heads BV={bv} num_warps={nw} head_stages={hs}", lambda bv=bv, nw=nw, hs=hs: tc.chunk_out_kernel[
+            (NT, HK, D // bv)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu, W["chunks"], W["H"],
+                               W["dv"], o, o.stride(0), HK=HK, HV=HV, DK=D, DV=D, BT=64, BV=bv, DOT_PREC="tf32",
+                               HEADS=True, HEAD_STAGES=hs, num_warps=nw))
     fla_stages(L, T, x, q, k, v, a, b, state, add)
     rows.extend(fla_configs())
     return rows

@@ -149,7 +149,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = STATE_STAGES,
                      split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
                      wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = True,
-                     state_halves: bool = False):
+                     state_halves: bool = False, out_heads: bool = False, out_head_stages: int = 2):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
     q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
@@ -168,7 +168,9 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     sliced stage 1 inverts its diagonal 16 x 16 blocks by products (inv_unit_lower) instead of forward substitution
     (1596 us at 2 warps, 2622 at 1). split_wy: stage 1 as two launches (chunk_wy_kernel writes X = (I + A)^{-1}
     into work["X"] [total_T, HV, 64], chunk_wu_kernel at wu_warps makes w and u from it); same values as the fused
-    stage 1. reload_k: the fused stage 1 loads its key tiles again for w instead of holding them.
+    stage 1. reload_k: the fused stage 1 loads its key tiles again for w instead of holding them. out_heads: stage 3
+    with one program per key head, q kᵀ computed once for its value heads (a loop pipelined out_head_stages deep;
+    untimed).
     Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
     """
     total_T = q.shape[0]
@@ -231,10 +233,10 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                                           SNAPSHOT=bool(snapshot_every), num_warps=num_warps[1],
                                           num_stages=num_stages, DOT_PREC=prec, **extra)
     BVo = min(BV_out, DV)
-    chunk_out_kernel[(NT, HV, DV // BVo)](q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu_seqlens,
-                                          W["chunks"], W["H"], W["dv"], o, o.stride(0), HK=HK, HV=HV, DK=DK,
-                                          DV=DV, BT=CHUNK, BV=BVo, num_warps=num_warps[2],
-                                          DOT_PREC=prec)
+    chunk_out_kernel[(NT, HK if out_heads else HV, DV // BVo)](
+        q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu_seqlens, W["chunks"], W["H"], W["dv"], o,
+        o.stride(0), HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BVo, num_warps=num_warps[2], DOT_PREC=prec,
+        HEADS=out_heads, HEAD_STAGES=out_head_stages)
     return o, snapshots
 
 
@@ -297,11 +299,11 @@ def signature_chunk_state(HK: int, HV: int, DK: int, DV: int, *, BV: int, snapsh
 
 
 def signature_chunk_out(HK: int, HV: int, DK: int, DV: int, *, BV: int, num_warps: int = 4, num_stages: int = 3,
-                        act: str = "*bf16", dot_prec: str = "tf32"):
+                        act: str = "*bf16", dot_prec: str = "tf32", heads: bool = False, head_stages: int = 2):
     from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(q=P, stride_q=i32, k=P, stride_k=i32, G=F, RQ=F, RK=F, cu_seqlens=I, chunks=I, H=P, dv=P, o=P,
                  stride_o=i32)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, DOT_PREC=dot_prec)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, DOT_PREC=dot_prec, HEADS=heads, HEAD_STAGES=head_stages)
     return aot_signature_of(chunk_out_kernel, types, const, num_warps, num_stages, unaligned=("k",))

@@ -411,7 +411,8 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
     slots = torch.tensor([3, 6], dtype=torch.int32, device=DEV)
     outs = []
     forms = [dict(wy_slice=0), dict(wy_slice=0, split_wy=True), dict(wy_slice=0, reload_k=True), dict(wy_slice=16),
-             dict(wy_slice=16, wy_inverse=True), dict(wy_slice=0, state_acc_dot=False)]
+             dict(wy_slice=16, wy_inverse=True), dict(wy_slice=0, state_acc_dot=False),
+             dict(wy_slice=0, out_heads=True)]
     for form in forms:
         state, work = s.state.clone(), {}
         o, _ = launch_chunk_gdn(q, k, v, a, b, s.A_log, s.dt_bias, state, slots,
@@ -420,7 +421,8 @@ def test_chunked_prefill_split_stage1_matches_fused(dims):
         outs.append((o, state, work["w"], work["u"]))
     for form, other in (("split stage 1", outs[1]), ("reloaded keys", outs[2]), ("sliced stage 1", outs[3]),
                         ("sliced stage 1, blocks inverted by products", outs[4]),
-                        ("stage 2 adding its update after the dot", outs[5])):
+                        ("stage 2 adding its update after the dot", outs[5]),
+                        ("stage 3 by key head", outs[6])):
         for name, x, y in zip(("o", "state", "w", "u"), outs[0], other):
             report(f"{form} vs fused: {name}", rel(y, x), 1e-5 if s.dtype == torch.float32 else BF16_TOL)
 
@@ -544,7 +546,11 @@ def _aot_cases():
                         chunk_first=I, state=F, H=P, dv=P, snaps=F, snap_first=I, snap_every=i32),
                         dict(dims, BT=64, BV=64, SNAPSHOT=True, DOT_PREC="tf32", ACC_DOT=True)),
         "chunk_out": (chunk_out_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, G=F, RQ=F, RK=F, cu_seqlens=I,
-                      chunks=I, H=P, dv=P, o=P, stride_o=i32), dict(dims, BT=64, BV=64, DOT_PREC="tf32")),
+                      chunks=I, H=P, dv=P, o=P, stride_o=i32), dict(dims, BT=64, BV=64, DOT_PREC="tf32", HEADS=False,
+                                                                    HEAD_STAGES=2)),
+        "chunk_out_heads": (chunk_out_kernel, dict(q=P, stride_q=i32, k=P, stride_k=i32, G=F, RQ=F, RK=F,
+                            cu_seqlens=I, chunks=I, H=P, dv=P, o=P, stride_o=i32),
+                            dict(dims, BT=64, BV=64, DOT_PREC="tf32", HEADS=True, HEAD_STAGES=2)),
     }
 
 
