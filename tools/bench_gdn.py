@@ -410,9 +410,9 @@ def stages(T: int, repeats: int) -> list[dict]:
         print(f"stage T{T} {name:24s} {row['t_us']:9.1f} us", flush=True)
 
     add("conv", lambda: launch_conv_varlen(x, cu, window, slots, L.conv_w, max_seqlen=T, out=y))
-    for bt, bc, nw in ((32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 256, 4), (16, 512, 4), (64, 32, 2)):
-        add(f"conv chan-first BT={bt} BC={bc} num_warps={nw}", lambda bt=bt, bc=bc, nw=nw: launch_conv_varlen(
-            x, cu, window, slots, L.conv_w, max_seqlen=T, out=y, BT=bt, BC=bc, num_warps=nw, chan_first=True))
+    for bt, bc, nw in ((16, 64, 4), (32, 32, 2), (32, 128, 4), (16, 128, 4), (128, 64, 8), (64, 64, 8)):
+        add(f"conv BT={bt} BC={bc} num_warps={nw}", lambda bt=bt, bc=bc, nw=nw: launch_conv_varlen(
+            x, cu, window, slots, L.conv_w, max_seqlen=T, out=y, BT=bt, BC=bc, num_warps=nw))
     X = torch.empty(T, HV, 64, dtype=q.dtype, device=DEVICE)
     for nw in (1, 2, 4, 8):
         for store_x in (False, True):  # the fused stage 1, and the first launch of the split one
