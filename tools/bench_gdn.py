@@ -291,8 +291,9 @@ SWEEP = {
     + [dict(deltas_kernel="prepped", BV=bv, num_warps=w) for bv, w in [(16, 1), (16, 2), (32, 2), (32, 4)]],
     "prefill": [dict(BV=bv, num_warps=(8, w, 4)) for bv, w in [(16, 4), (32, 4), (64, 4), (32, 8), (64, 8)]],
     # K 17's way (the weak end of verify): its tile and warps, at B 1 and 8 only
-    "verify_tail": [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w, tail_dots=True)
-                    for bv, w in [(64, 4), (32, 4), (128, 8)]]
+    "verify_tail": [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w, tail_dots=dots, prep_tail=pt)
+                    for bv, w in [(64, 4), (32, 4), (128, 8)] for dots, pt in ((True, False), (False, True),
+                                                                             (True, True))]
     + [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w)
        for bv, w in [(64, 4), (32, 4), (32, 2), (128, 8), (64, 8), (16, 2)]]
     + [dict(deltas_kernel="prepped_chunk_tail", BV=bv, num_warps=w, solve_inverse=False)
@@ -369,6 +370,9 @@ def verify_stages(B: int, K: int, repeats: int) -> list[dict]:
                                                   solve_inverse=inv),
         "commit": lambda s: launch_gdn_commit(R, accepted, window, state, s, L.HK)}
     if tail:
+        launches["prep (tail row)"] = lambda s: vp.launch_verify_prep(x, a, b, L.conv_w, None, L.A_log, L.dt_bias,
+                                                                      window, s, num_k_heads=L.HK, HV=L.HV, T=K,
+                                                                      tail=True, **common)
         launches["chunk (tail by dots)"] = lambda s: vc.launch_verify_chunk(
             x, a, b, L.conv_w, None, L.A_log, L.dt_bias, window, state, s, num_k_heads=L.HK, T=K, o=o, keep_x=keep_x,
             keep_ab=keep_ab, dk=dk, du=du, dg=dg, prepped=(qn, vcb, beta), tail=True, solve_inverse=inv,

@@ -96,7 +96,7 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                       out: torch.Tensor | None = None, BV: int | None = None,
                       num_warps: int | None = None, dot_prec: str = "tf32",
                       deltas_kernel: str | None = None, solve_inverse: bool | None = None,
-                      tail_dots: bool = False) -> torch.Tensor:
+                      tail_dots: bool = False, prep_tail: bool = False) -> torch.Tensor:
     """Verify T tokens per sequence from the slots without changing them.
 
     mixed_qkv: [B, T, C] raw in_proj rows (rows b·T + t, any row stride); a, b: [B, T, HV];
@@ -105,7 +105,8 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     dot_prec, the chunk kernel's dot precision ("tf32" default, "tf32x3", "ieee"); solve_inverse, the chunk
     kernels' token solve by (I + A)^{-1} from products instead of forward substitution (default:
     verify_solve_inverse's choice); tail_dots, "prepped_chunk_tail"'s last token from three small dots
-    (launch_verify_chunk; untimed).
+    (launch_verify_chunk; untimed); prep_tail, the prepped ways' first launch with its last token as a 1-row tile
+    (launch_verify_prep; untimed).
     """
     B, T, C = mixed_qkv.shape
     _, HV, DK, DV = state.shape
@@ -143,7 +144,8 @@ def launch_gdn_verify(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
         launch_verify_prepped(*args, num_k_heads=num_k_heads, T=T, qn=qn.view(B * T, -1), vc=vc.view(B * T, -1),
                               beta=beta.view(B * T, -1), chunk=deltas_kernel.startswith("prepped_chunk"),
                               tail=deltas_kernel == "prepped_chunk_tail", dot_prec=dot_prec,
-                              solve_inverse=solve_inverse, tail_dots=tail_dots, **deltas, **common)
+                              solve_inverse=solve_inverse, tail_dots=tail_dots, prep_tail=prep_tail, **deltas,
+                              **common)
     return o
 
 

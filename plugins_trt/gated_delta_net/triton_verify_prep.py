@@ -38,14 +38,26 @@ def gdn_verify_prep_kernel(
     T,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, TP: tl.constexpr,
     HAS_CONV_BIAS: tl.constexpr,
+    TAIL: tl.constexpr = False,  # the first T - 1 tokens in the TP tile, the last one as a 1-row tile (T - 1 <= TP)
 ):
     p, bi = tl.program_id(0), tl.program_id(1)
-    C: tl.constexpr = 2 * HK * DK + HV * DV
     slot = tl.load(slots + bi).to(tl.int64)
     if slot < 0:
         return
-    t = tl.arange(0, TP)
-    valid = t < T
+    _prep_rows(x, stride_x, a, b, stride_ab, conv_w, conv_b, A_log, dt_bias, window, slot, qn, kn, vc, g_out,
+               beta_out, keep_x, keep_ab, T, T - TAIL, p, bi, tl.arange(0, TP), HK, HV, DK, DV, TP, HAS_CONV_BIAS)
+    if TAIL:
+        _prep_rows(x, stride_x, a, b, stride_ab, conv_w, conv_b, A_log, dt_bias, window, slot, qn, kn, vc, g_out,
+                   beta_out, keep_x, keep_ab, T, T, p, bi, T - 1 + tl.arange(0, 1), HK, HV, DK, DV, 1, HAS_CONV_BIAS)
+
+
+@triton.jit
+def _prep_rows(x, stride_x, a, b, stride_ab, conv_w, conv_b, A_log, dt_bias, window, slot, qn, kn, vc, g_out,
+               beta_out, keep_x, keep_ab, T, bound, p, bi, t, HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
+               DV: tl.constexpr, TP: tl.constexpr, HAS_CONV_BIAS: tl.constexpr):
+    """gdn_verify_prep_kernel's work for the tokens t [TP] (those < bound) of sequence bi (T tokens), program p."""
+    C: tl.constexpr = 2 * HK * DK + HV * DV
+    valid = t < bound
     row0 = (bi * T).to(tl.int64)
     rows = row0 + t
     xs = x + row0 * stride_x
@@ -55,7 +67,7 @@ def gdn_verify_prep_kernel(
         m2 = valid[:, None]
         for part in tl.static_range(2):  # 0: q, 1: k
             ch = part * HK * DK + p * DK + ck
-            y = l2norm_rows(_conv_tile(xs, stride_x, win, conv_w, conv_b, ch, t, T, TP, DK, HAS_CONV_BIAS))
+            y = l2norm_rows(_conv_tile(xs, stride_x, win, conv_w, conv_b, ch, t, bound, TP, DK, HAS_CONV_BIAS))
             if part == 0:
                 tl.store(qn + (rows[:, None] * HK + p) * DK + ck[None, :], y * (1.0 / tl.sqrt(DK * 1.0)), mask=m2)
             else:
@@ -67,7 +79,7 @@ def gdn_verify_prep_kernel(
         cv = tl.arange(0, DV)
         ch = 2 * HK * DK + h * DV + cv
         m2 = valid[:, None]
-        v = _conv_tile(xs, stride_x, win, conv_w, conv_b, ch, t, T, TP, DV, HAS_CONV_BIAS)
+        v = _conv_tile(xs, stride_x, win, conv_w, conv_b, ch, t, bound, TP, DV, HAS_CONV_BIAS)
         tl.store(vc + rows[:, None] * (HV * DV) + h * DV + cv[None, :], v.to(vc.dtype.element_ty), mask=m2)
         tl.store(keep_x + rows[:, None] * C + ch[None, :], tl.load(xs + t[:, None] * stride_x + ch[None, :], mask=m2),
                  mask=m2)
@@ -137,12 +149,12 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
                           norm_weight=None, norm_eps: float = 1e-6, BV: int | None = None,
                           num_warps: int | None = None, prep_warps: int | None = None, chunk: bool = False,
                           tail: bool = False, dot_prec: str = "tf32", solve_inverse: bool = False,
-                          tail_dots: bool = False) -> None:
+                          tail_dots: bool = False, prep_tail: bool = False) -> None:
     """Both launches; x [B*T, C], a/b [B*T, HV] (one row stride), o/z [B*T, HV*DV]; dk/qn [B*T, HK, DK],
     du [B*T, HV, DV], vc [B*T, HV*DV], dg/beta [B*T, HV]. chunk: the second launch is the chunk-form kernel
     (triton_verify_chunk, PREPPED) instead of the token-by-token recurrence; with tail, its tile holds the first
     T - 1 tokens and the last runs as one step after it (tail_dots: see launch_verify_chunk); solve_inverse: its token
-    solve by products."""
+    solve by products; prep_tail: the first launch with its last token as a 1-row tile (launch_verify_prep)."""
     _, HV, DK, DV = state.shape
     C, KW = conv_weight.shape
     HK = num_k_heads
@@ -152,7 +164,8 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     B = slots.numel()
     launch_verify_prep(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, slots, num_k_heads=HK, HV=HV, T=T,
-                       keep_x=keep_x, keep_ab=keep_ab, dk=dk, dg=dg, qn=qn, vc=vc, beta=beta, num_warps=prep_warps)
+                       keep_x=keep_x, keep_ab=keep_ab, dk=dk, dg=dg, qn=qn, vc=vc, beta=beta, num_warps=prep_warps,
+                       tail=prep_tail)
     if chunk:
         launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, num_k_heads=HK,
                             T=T, o=o, keep_x=keep_x, keep_ab=keep_ab, dk=dk, du=du, dg=dg, z=z,
@@ -169,16 +182,20 @@ def launch_verify_prepped(x, a, b, conv_weight, conv_bias, A_log, dt_bias, windo
 
 
 def launch_verify_prep(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, slots, *, num_k_heads: int, HV: int,
-                       T: int, keep_x, keep_ab, dk, dg, qn, vc, beta, num_warps: int | None = None) -> None:
+                       T: int, keep_x, keep_ab, dk, dg, qn, vc, beta, num_warps: int | None = None,
+                       tail: bool = False) -> None:
     """The first launch alone (gdn_verify_prep_kernel, grid (HK + HV, B)): q̂, k̂ into qn / dk, silu(conv(v)) into
-    vc, g / beta into dg / beta, the raw inputs into keep_x / keep_ab; qn [B*T, HK*DK] and vc [B*T, HV*DV]."""
+    vc, g / beta into dg / beta, the raw inputs into keep_x / keep_ab; qn [B*T, HK*DK] and vc [B*T, HV*DV].
+    tail: the last token as a 1-row tile after a token_tile(T - 1) tile (T 17: 16 + 1 rows at 4 warps, instead of a
+    32-row tile at 8; untimed)."""
     HK = num_k_heads
     DK, DV = qn.shape[1] // HK, vc.shape[1] // HV
+    TP = token_tile(T - 1 if tail else T)
     gdn_verify_prep_kernel[(HK + HV, slots.numel())](
         x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
         A_log, dt_bias, window, slots, qn, dk, vc, dg, beta, keep_x, keep_ab, T,
-        HK=HK, HV=HV, DK=DK, DV=DV, TP=token_tile(T), HAS_CONV_BIAS=conv_bias is not None,
-        num_warps=num_warps or prep_config(T))
+        HK=HK, HV=HV, DK=DK, DV=DV, TP=TP, HAS_CONV_BIAS=conv_bias is not None, TAIL=tail,
+        num_warps=num_warps or prep_config(TP))
 
 
 def prepped_config(DV: int, fuse_norm: bool, BV: int | None = None,
@@ -196,15 +213,17 @@ def prep_config(T: int) -> int:
 
 
 def signature_gdn_verify_prep(HK: int, HV: int, DK: int, DV: int, T: int, *, num_warps: int | None = None,
-                              num_stages: int = 2, act: str = "*bf16", has_conv_bias: bool = False):
+                              num_stages: int = 2, act: str = "*bf16", has_conv_bias: bool = False,
+                              tail: bool = False):
     """gdn_verify_prep_kernel for widths of the token tile token_tile(T). Grid (HK + HV, B)."""
     from atlas.plugins_trt.gated_delta_net.triton_common import aot_signature_of
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
                  slots=I, qn=F, kn=F, vc=P, g_out=F, beta_out=F, keep_x=P, keep_ab=P, T=i32)
-    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, TP=token_tile(T), HAS_CONV_BIAS=has_conv_bias)
-    return aot_signature_of(gdn_verify_prep_kernel, types, const, num_warps or prep_config(T), num_stages,
+    TP = token_tile(T - 1 if tail else T)
+    const = dict(HK=HK, HV=HV, DK=DK, DV=DV, TP=TP, HAS_CONV_BIAS=has_conv_bias, TAIL=tail)
+    return aot_signature_of(gdn_verify_prep_kernel, types, const, num_warps or prep_config(TP), num_stages,
                             unaligned=("a", "b"))
 
 

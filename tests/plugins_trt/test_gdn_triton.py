@@ -266,9 +266,34 @@ def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
         report(f"commit({mode}) window seq{i} n={n}", rel(window[sl], wr))
 
 
+@pytest.mark.parametrize("T", [5, 17])
+def test_verify_prep_with_a_tail_row_matches_one_tile(T):
+    """The prep launch with its last token as a 1-row tile after the others' tile (tail; T 17: 16 + 1 rows) writes
+    exactly what the one-tile form writes (T 17: a 32-row tile), and leaves a padding row untouched."""
+    from atlas.plugins_trt.gated_delta_net.triton_verify_prep import launch_verify_prep
+
+    s = Shape(2, 4, 16, 32, seed=21)
+    B = 3
+    slots = torch.tensor([1, -1, 5], dtype=torch.int32, device=DEV)
+    x, ab = s.rand(B * T, s.C), s.rand(B * T, 2 * s.HV)
+    outs = []
+    for tail in (False, True):
+        bufs = dict(keep_x=poison(B * T, s.C, dtype=s.dtype), keep_ab=poison(B * T, 2 * s.HV, dtype=s.dtype),
+                    dk=poison(B * T, s.HK * s.DK), dg=poison(B * T, s.HV), qn=poison(B * T, s.HK * s.DK),
+                    vc=poison(B * T, s.HV * s.DV, dtype=s.dtype), beta=poison(B * T, s.HV))
+        launch_verify_prep(x, ab[:, :s.HV], ab[:, s.HV:], s.conv_w, None, s.A_log, s.dt_bias, s.window, slots,
+                           num_k_heads=s.HK, HV=s.HV, T=T, tail=tail, **bufs)
+        outs.append(bufs)
+    for name in outs[0]:
+        one, tiled = outs[0][name].view(B, T, -1), outs[1][name].view(B, T, -1)
+        assert torch.isnan(tiled[1]).all(), f"{name}: the padding row was written"
+        assert not torch.isnan(tiled[[0, 2]]).any(), f"{name}: a row was not written"
+        torch.testing.assert_close(tiled[[0, 2]], one[[0, 2]], rtol=0, atol=0, msg=name)
+
+
 @pytest.mark.parametrize("kernel", ["chunk", "recurrent", "prepped", "prepped_chunk", "prepped_chunk_tail",
                                     "chunk-inverse", "prepped_chunk_tail-inverse", "prepped_chunk_tail-substitution",
-                                    "prepped_chunk_tail-dots"])
+                                    "prepped_chunk_tail-dots", "prepped_chunk_tail-dots-preptail"])
 @pytest.mark.parametrize("K", [2, 17], ids=["K2", "K17"])
 def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     """Mode "deltas", filled by either verify kernel (the chunk form at both token tiles, 16 and 32, or token
@@ -283,6 +308,7 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
     rb = VerifyRollback.empty(B, K, s.C, s.HV, s.DK, s.DV, s.dtype, DEV, mode="deltas")
     assert rb.mode == "deltas"
     kernel, inverse = kernel.removesuffix("-inverse"), kernel.endswith("-inverse")  # "-inverse": solve by products
+    kernel, prep_tail = kernel.removesuffix("-preptail"), kernel.endswith("-preptail")  # the prep's 1-row tail
     kernel, tail_dots = kernel.removesuffix("-dots"), kernel.endswith("-dots")  # the tail from three small dots
     if kernel.endswith("-substitution"):  # the default at K 17 is the solve by products; this is the other
         kernel, inverse = kernel.removesuffix("-substitution"), False
@@ -295,7 +321,7 @@ def test_verify_deltas_with_bias_norm_padding_and_wide_tiles(K, kernel):
         return
     o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, rb, conv_bias=cb,
                           z=z, norm_weight=norm_w, out=poison(B, K, s.HV, s.DV), deltas_kernel=kernel,
-                          solve_inverse=inverse, tail_dots=tail_dots)
+                          solve_inverse=inverse, tail_dots=tail_dots, prep_tail=prep_tail)
     assert torch.equal(window, s.window) and torch.equal(state, s.state), "verify changed a slot"
     assert torch.isnan(o[1]).all(), "a padding row was written"
 
@@ -683,14 +709,16 @@ def test_gpu_decode_and_verify_real_shapes(model):
                                   ("deltas", "prepped_chunk_tail", False), ("deltas", "prepped_chunk_tail", True),
                                   ("deltas", "prepped_chunk_tail-dots", True)):
         kernel, dots = (kernel.removesuffix("-dots"), kernel.endswith("-dots")) if kernel else (kernel, False)
+        prep_tail = dots  # the dots way also takes the prep's 1-row tail
         for K in (4, 17):
             x, a, b = s.rand(2, K, s.C), s.rand(2, K, HV), s.rand(2, K, HV)
             window, state = s.window.clone(), s.state.clone()
             rb = VerifyRollback.empty(2, K, s.C, HV, D, D, torch.bfloat16, DEV, mode=mode)
             o = launch_gdn_verify(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots[:2], HK, rb,
                                   out=poison(2, K, HV, D, dtype=torch.bfloat16), deltas_kernel=kernel,
-                                  solve_inverse=inverse, tail_dots=dots)
-            way = f"{mode}, {kernel}{', inverse' if inverse else ''}{', dots' if dots else ''}" if kernel else mode
+                                  solve_inverse=inverse, tail_dots=dots, prep_tail=prep_tail)
+            way = f"{mode}, {kernel}{', inverse' if inverse else ''}{', dots + prep tail' if dots else ''}" \
+                if kernel else mode
             accepted = torch.tensor([K // 2 + 1, K], dtype=torch.int32, device=DEV)
             launch_gdn_commit(rb, accepted, window, state, slots[:2], HK)
             for i, sl in enumerate(slots[:2].tolist()):
