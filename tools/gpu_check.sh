@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|vstages|gluon|wgmma|probe|all]   (dev: per-launch GDN timings and sweeps; gluon: the
-#   Gluon NVFP4 GEMV experiment, checked and timed; neither is part of all)
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|vstages|gluon|wgmma|probe|first|all]
+# all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
+# (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
+# written but not yet timed.
 set -u
 source tools/gpu_env.sh
 out=${OUT:-/tmp/out}
@@ -35,6 +37,11 @@ if [ "$what" = dev ]; then  # per-launch prefill stages (every stage's tiles, fl
         --out "$out/gdn_stages.json" 2>&1 | tee "$out/gdn_stages.log" | grep -a "stage\|fla config" | tail -60
     python3 -m atlas.tools.bench_gdn --sweep verify_tail,verify_inverse --prefill "" --decode "" --verify-k "" \
         --out "$out/gdn_sweep.json" 2>&1 | tee "$out/gdn_sweep.log" | grep -a "sweep" | tail -20
+fi
+if [ "$what" = first ]; then  # the next session's first call: every untimed form, short runs (about 5 minutes)
+    bash "$0" wgmma; bash "$0" gluon; bash "$0" vstages
+    python3 -m atlas.tools.bench_gdn --sweep verify_tail --prefill "" --decode "" --verify-k "" \
+        --out "$out/gdn_sweep_tail.json" 2>&1 | tee "$out/gdn_sweep_tail.log" | grep -a "sweep" | tail -40
 fi
 if [ "$what" = vstages ]; then  # the launches of a K 16 / K 17 verify one by one (prep, chunk, commit)
     python3 -m atlas.tools.bench_gdn --verify-stages 16,17 --prefill "" --decode "" --verify-k "" \
