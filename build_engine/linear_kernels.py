@@ -26,6 +26,8 @@ from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS
 from atlas.runtime.layout import canonical_shapes
 
 KERNEL_FORMATS = ("nvfp4", "fp8")
+CANDIDATES_PER_BUCKET = 11
+"""GEMV configs timed per bucket, shared evenly over the ways (plain / pipelined CUDA cores, tensor cores, Gluon)."""
 SM_COUNT = 132  # H200; the heuristic only needs the order of magnitude
 
 
@@ -110,7 +112,7 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
 
 
 def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], kernels_dir, tune: bool,
-                           candidates_per_bucket: int = 9) -> tuple[dict, dict]:
+                           candidates_per_bucket: int = CANDIDATES_PER_BUCKET) -> tuple[dict, dict]:
     """Choose, compile and write every kernel the engine's quantized linears need.
 
     Returns (kernel table for manifest["kernels"], plan for manifest["linear_kernels"]).
@@ -121,7 +123,7 @@ def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], 
 
 
 def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune: bool,
-                       candidates_per_bucket: int = 9) -> tuple[list, dict]:
+                       candidates_per_bucket: int = CANDIDATES_PER_BUCKET) -> tuple[list, dict]:
     """Choose and compile (without writing) every kernel the quantized linears need: (compiled, plan)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv

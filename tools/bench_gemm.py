@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 import torch
 
-from atlas.build_engine.linear_kernels import gemv_candidates
+from atlas.build_engine.linear_kernels import CANDIDATES_PER_BUCKET, gemv_candidates
 from atlas.build_engine.quantize.quantizer import quantize
 from atlas.plugins_trt.quant_linear import triton_gemm as gemm
 from atlas.plugins_trt.quant_linear import triton_gemv as gemv
@@ -174,7 +174,8 @@ def summarize(rows: list[dict]) -> dict:
 
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("tools/results/gemm.json"), show_default=True)
-@click.option("--configs-per-bucket", default=9, show_default=True, help="GEMV candidates tried per case.")
+@click.option("--configs-per-bucket", default=CANDIDATES_PER_BUCKET, show_default=True,
+              help="GEMV candidates tried per case (the build's number).")
 @click.option("--shapes", default=",".join(SHAPES), show_default=True)
 def main(out, configs_per_bucket, shapes):
     t0 = time.time()
