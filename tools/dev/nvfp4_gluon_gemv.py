@@ -21,7 +21,7 @@ from atlas.plugins_trt.quant_linear import gluon_gemv as gg
 CONFIGS = [dict(BK=bk, BN=bn, NW=nw, SPLIT_K=s, PIPE=p) for bk, bn, nw, p in (
     (128, 64, 4, 1), (128, 128, 4, 1), (256, 64, 4, 1), (256, 128, 4, 1), (128, 128, 8, 1), (64, 64, 4, 1),
     (128, 64, 4, 2), (128, 128, 4, 2), (256, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 3), (256, 64, 4, 3),
-    (128, 64, 4, 4)) for s in (1, 4)]
+    (128, 64, 4, 4)) for s in (1, 4, 16)]
 
 
 @gluon.jit
