@@ -466,9 +466,10 @@ _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256
 _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2), (128, 256, 8, 2)]
 # Gluon mma.sync tiles (BLOCK_N, BLOCK_K, warps): not yet run on a GPU; the build's check against the fp32
 # reference decides whether one is used (see gluon_gemv.py)
-# Gluon tiles by MP, best first: H200, `python -m atlas.tools.dev.nvfp4_gluon_gemv` (tools/results/nvfp4_gluon_gemv.json,
-# four shapes x M 1 / 4 / 16, 26 configs): SPLIT_K 4 wins on every shape, even N = 34816; BLOCK_K 256 at MP 8, 128 / 64
-# at MP 16; the cp.async form (PIPE 3) on the 27B down projection (K 17408) at M 4 / 16
+# Gluon tiles by MP, best first: H200, `python -m atlas.tools.dev.nvfp4_gluon_gemv`
+# (tools/results/nvfp4_gluon_gemv.json, four shapes x M 1 / 4 / 16, 26 configs): SPLIT_K 4 wins on every shape, even
+# N = 34816; BLOCK_K 256 at MP 8, 128 / 64 at MP 16; the cp.async form (PIPE 3) on the 27B down projection (K 17408)
+# at M 4 / 16
 _GLUON_TILES = {8: [(64, 256, 4, 4, 1), (128, 256, 4, 4, 1), (64, 256, 4, 16, 1), (64, 128, 4, 4, 3),
                     (64, 256, 4, 4, 2), (64, 256, 4, 8, 1), (64, 256, 4, 1, 1), (64, 128, 4, 8, 3)],
                 16: [(128, 128, 4, 4, 1), (64, 64, 4, 4, 1), (128, 128, 4, 16, 1), (64, 128, 4, 4, 3),

@@ -48,7 +48,7 @@ def test_k_permutation_keeps_the_dot(BK):
     W, X = rng.standard_normal((BN, BK)), rng.standard_normal((MP, BK))  # one block, physical order
     words = W.reshape(BN, BK // 8, 8)  # word j holds k' = 8j + t
     p = [words[:, :, 2 * a:2 * a + 2] for a in range(4)]  # pair a: nibbles 2a, 2a + 1 (the 2 halves of an int32)
-    join = lambda u, v: np.stack([u, v], axis=-1)  # noqa: E731 — gl.join: a new last axis (of size 2) after all others
+    join = lambda u, v: np.stack([u, v], axis=-1)  # noqa: E731 — gl.join: a new last axis of size 2
     # p[a] carries the two halves as its last axis; the kernel's pairs are int32, so join before that axis
     t = np.moveaxis(join(join(np.moveaxis(p[0], -1, 0), np.moveaxis(p[2], -1, 0)),
                          join(np.moveaxis(p[1], -1, 0), np.moveaxis(p[3], -1, 0))), 0, -1)

@@ -2,21 +2,17 @@
 trivial (assert_trivial), under 3.6 instructions a weight element without the register prefetch (the Triton
 CUDA-core GEMV's loop is ~4.6), and shared memory in its loop only in the cp.async forms (PIPE 3 / 4). Static: the compile runs on the CPU; the GPU check is the tool's main()."""
 
-import subprocess
-import sys
-
 import pytest
+
+from sm90 import run_compiled
 
 pytest.importorskip("triton.experimental.gluon")
 
 
 def test_gluon_gemv_compiles_without_shared_memory_in_its_loop():
-    code = "from atlas.tools.dev.nvfp4_gluon_gemv import sass_report; sass_report()"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
-                       env={**__import__("os").environ, "TRITON_INTERPRET": "0"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    lines = [line for line in r.stdout.splitlines() if "instructions an element" in line]
-    assert len(lines) == 26, r.stdout
+    out = run_compiled("from atlas.tools.dev.nvfp4_gluon_gemv import sass_report; sass_report()")
+    lines = [line for line in out.splitlines() if "instructions an element" in line]
+    assert len(lines) == 26, out
     for line in lines:  # PIPE 2 (registers two deep) costs some repacking: up to ~4.3 an element
         per = float(line.split(":")[1].split()[0])
         plain, smem = "PIPE 1" in line, "PIPE 3" in line or "PIPE 4" in line
@@ -24,4 +20,4 @@ def test_gluon_gemv_compiles_without_shared_memory_in_its_loop():
         assert ("LDS in loop 0" in line) != smem and (" cp.async 0" in line) != smem, line  # cp.async stages only
         assert "STACK:0" in line or not plain, line
     best = min(float(line.split(":")[1].split()[0]) for line in lines)
-    assert best < 2.8, r.stdout
+    assert best < 2.8, out

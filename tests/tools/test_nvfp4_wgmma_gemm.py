@@ -3,12 +3,10 @@ checks: x's k permutation is the one the weight decode uses (so the products kee
 sm_90 without spills; and no instruction of its K loop writes a register that an in-flight wgmma reads as its A
 operand (the race of Triton's swap-AB kernel, which the same check finds). The GPU check is the tool's main()."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
+from sm90 import run_compiled
 
 pytest.importorskip("triton.experimental.gluon")
 
@@ -32,12 +30,9 @@ def test_x_permutation_matches_the_weight_decode_and_keeps_the_dot(BK):
 
 
 def test_wgmma_gemm_compiles_without_spills_or_a_operand_hazards():
-    code = "from atlas.tools.dev.nvfp4_wgmma_gemm import sass_report; sass_report()"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
-                       env={**__import__("os").environ, "TRITON_INTERPRET": "0"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    lines = [line for line in r.stdout.splitlines() if "BLOCK_M" in line]
-    assert len(lines) == 8, r.stdout
+    out = run_compiled("from atlas.tools.dev.nvfp4_wgmma_gemm import sass_report; sass_report()")
+    lines = [line for line in out.splitlines() if "BLOCK_M" in line]
+    assert len(lines) == 8, out
     for line in lines:
         assert "STACK:0" in line and "LOCAL:0" in line and "HGMMA 0" not in line, line
         assert "in flight: 0 []" in line, line
@@ -50,8 +45,6 @@ def test_hazard_check_finds_the_triton_swap_ab_race():
             "BLOCK_K=64, PTX=True)\n"
             "print(len(a_register_hazards(sass(dict(base, DRAIN=False), 4, 3))), "
             "len(a_register_hazards(sass(dict(base, DRAIN=True), 4, 3))))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
-                       env={**__import__("os").environ, "TRITON_INTERPRET": "0"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    racy, drained = (int(v) for v in r.stdout.split())
-    assert racy > 0 and drained == 0, r.stdout
+    out = run_compiled(code)
+    racy, drained = (int(v) for v in out.split())
+    assert racy > 0 and drained == 0, out

@@ -173,7 +173,8 @@ def main() -> None:
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     from atlas.plugins_trt.quant_linear.reference import dequantize
     from atlas.tools.bench.timing import copies_for, copy_bandwidth, graph_time
-    from atlas.tools.bench_gemm import rel, to_cuda
+    from atlas.tools.bench_gemm import to_cuda
+    from atlas.tools.dev.variants import check_and_time, error_summary
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -197,21 +198,10 @@ def main() -> None:
             if cfg0 is not None:
                 row["shipped_us"] = graph_time([lambda qt=qt: gemv.launch_nvfp4_gemv(
                     x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg0) for qt in qs], repeats=20) * 1e6
-            row["variants"] = []
-            for cfg in CONFIGS:
-                rec = dict(cfg)
-                try:
-                    rec["rel_error"] = rel(launch(x, q.weight, q.weight_scale, q.weight_scale_2, cfg), ref)
-                    if rec["rel_error"] < 1e-2:
-                        rec["us"] = graph_time([lambda qt=qt, cfg=cfg: launch(
-                            x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg) for qt in qs], repeats=20) * 1e6
-                except Exception as e:  # noqa: BLE001 — record and go on
-                    rec["error"] = f"{type(e).__name__}: {e}"[:300]
-                row["variants"].append(rec)
-            ok = [r for r in row["variants"] if "us" in r]
-            best = min(ok, key=lambda r: r["us"]) if ok else None
+            row["variants"], best = check_and_time(
+                CONFIGS, lambda cfg, qt: launch(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg), ref, qs)
             row["best"] = best
-            errs = sorted({round(r["rel_error"], 4) for r in row["variants"] if "rel_error" in r})
+            errs = error_summary(row["variants"])
             print(f"{name:22s} M={m:2d} shipped {row.get('shipped_us', 0):7.1f} us  gluon best "
                   f"{best['us'] if best else 0:7.1f} us (bw {row['bytes'] / (best['us'] * 1e-6) / bw if best else 0:.2f})"
                   f" {({k: best[k] for k in ('BK', 'BN', 'NW', 'SPLIT_K')} if best else '')} rel errors {errs[:4]}",

@@ -102,7 +102,8 @@ def main() -> None:
     from atlas.plugins_trt.quant_linear import gluon_gemm as gm
     from atlas.plugins_trt.quant_linear.reference import dequantize
     from atlas.tools.bench.timing import copies_for, graph_time
-    from atlas.tools.bench_gemm import rel, to_cuda
+    from atlas.tools.bench_gemm import to_cuda
+    from atlas.tools.dev.variants import check_and_time, error_summary
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -120,29 +121,17 @@ def main() -> None:
         for m in (64, 256, 2048):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
-            row = {"shape": name, "N": n, "K": k, "M": m, "cublas_us": graph_time([lambda: x @ wbf.T], repeats=20) * 1e6}
+            row = {"shape": name, "N": n, "K": k, "M": m,
+                   "cublas_us": graph_time([lambda: x @ wbf.T], repeats=20) * 1e6}
             c0 = shipped.get((name, m))
             if c0 is not None:
                 row["shipped_us"] = c0["nvfp4"]["seconds"] * 1e6
                 row["shipped_cublas_us"] = c0["cublas_bf16"]["seconds"] * 1e6
-            row["variants"] = []
-            for cfg in _configs():
-                rec = dict(cfg)
-                try:
-                    xp = torch.empty_like(x)
-                    y = gm.launch_nvfp4_gemm_wgmma(x, q.weight, q.weight_scale, q.weight_scale_2, cfg, x_perm=xp)
-                    rec["rel_error"] = rel(y, ref)
-                    if rec["rel_error"] < 1e-2:
-                        rec["us"] = graph_time([lambda qt=qt, cfg=cfg: gm.launch_nvfp4_gemm_wgmma(
-                            x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, x_perm=xp) for qt in qs],
-                            repeats=20) * 1e6
-                except Exception as e:  # noqa: BLE001 — record and go on
-                    rec["error"] = f"{type(e).__name__}: {e}"[:300]
-                row["variants"].append(rec)
-            ok = [r for r in row["variants"] if "us" in r]
-            best = min(ok, key=lambda r: r["us"]) if ok else None
+            xp = torch.empty_like(x)
+            row["variants"], best = check_and_time(_configs(), lambda cfg, qt: gm.launch_nvfp4_gemm_wgmma(
+                x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, x_perm=xp), ref, qs)
             row["best"] = best
-            errs = sorted({round(r["rel_error"], 4) for r in row["variants"] if "rel_error" in r})
+            errs = error_summary(row["variants"])
             print(f"{name:22s} M={m:5d} cublas {row['cublas_us']:8.1f} us  shipped {row.get('shipped_us', 0):8.1f} us"
                   f"  wgmma best {best['us'] if best else 0:8.1f} us "
                   f"{({k: best[k] for k in ('BLOCK_M', 'BLOCK_N', 'BLOCK_K', 'STAGES', 'num_warps')} if best else '')}"

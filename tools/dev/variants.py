@@ -1,0 +1,28 @@
+"""Shared by the kernel experiment helpers (tools/dev/nvfp4_gluon_gemv.py, nvfp4_wgmma_gemm.py): check every config
+against a reference, time the correct ones as CUDA-graph replays over rotated weight copies."""
+from __future__ import annotations
+
+
+def check_and_time(configs: list[dict], run, ref, copies: list, bound: float = 1e-2) -> tuple[list[dict], dict | None]:
+    """run(cfg, weights) -> output. Each config's relative error against ref (on copies[0]); the ones under bound
+    are timed (median microseconds, graph replays over `copies`). Returns (one record a config, the fastest)."""
+    from atlas.tools.bench.timing import graph_time
+    from atlas.tools.bench_gemm import rel
+
+    records = []
+    for cfg in configs:
+        rec = dict(cfg)
+        try:
+            rec["rel_error"] = rel(run(cfg, copies[0]), ref)
+            if rec["rel_error"] < bound:
+                rec["us"] = graph_time([lambda qt=qt, cfg=cfg: run(cfg, qt) for qt in copies], repeats=20) * 1e6
+        except Exception as e:  # noqa: BLE001 — record and go on
+            rec["error"] = f"{type(e).__name__}: {e}"[:300]
+        records.append(rec)
+    ok = [r for r in records if "us" in r]
+    return records, (min(ok, key=lambda r: r["us"]) if ok else None)
+
+
+def error_summary(records: list[dict]) -> list[float]:
+    """The distinct relative errors (4 decimals) of the records that ran."""
+    return sorted({round(r["rel_error"], 4) for r in records if "rel_error" in r})
