@@ -169,12 +169,9 @@ def sass_report() -> None:
 def main() -> None:
     import torch
 
-    from atlas.build_engine.quantize.quantizer import quantize
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.plugins_trt.quant_linear.reference import dequantize
-    from atlas.tools.bench.timing import copies_for, copy_bandwidth, graph_time
-    from atlas.tools.bench_gemm import to_cuda
-    from atlas.tools.dev.variants import check_and_time, error_summary
+    from atlas.tools.bench.timing import copy_bandwidth, graph_time
+    from atlas.tools.dev.variants import check_and_time, error_summary, nvfp4_weight
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -185,11 +182,7 @@ def main() -> None:
     bw = copy_bandwidth()
     res = {"copy_bandwidth": bw, "rows": []}
     for name, (n, k) in shapes.items():
-        g = torch.Generator(device="cuda").manual_seed(n + k)
-        q = to_cuda(quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4"))
-        wref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)
-        nbytes = n * k // 2 + n * k // 16 + n * 4
-        qs = [q] + [to_cuda(q) for _ in range(copies_for(nbytes) - 1)]
+        g, qs, wref, nbytes = nvfp4_weight(n, k)
         for m in (1, 4, 16):  # M 2 and 8: the full benchmark (tools/bench_gemm.py) times every bucket
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T

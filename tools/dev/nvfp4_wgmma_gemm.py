@@ -98,12 +98,9 @@ def sass_report() -> None:
 def main() -> None:
     import torch
 
-    from atlas.build_engine.quantize.quantizer import quantize
     from atlas.plugins_trt.quant_linear import gluon_gemm as gm
-    from atlas.plugins_trt.quant_linear.reference import dequantize
-    from atlas.tools.bench.timing import copies_for, graph_time
-    from atlas.tools.bench_gemm import to_cuda
-    from atlas.tools.dev.variants import check_and_time, error_summary
+    from atlas.tools.bench.timing import graph_time
+    from atlas.tools.dev.variants import check_and_time, error_summary, nvfp4_weight
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -112,11 +109,7 @@ def main() -> None:
               "llama-3.1-8b.gate_up": (28672, 4096), "llama-3.1-8b.down": (4096, 14336)}
     res = {"rows": []}
     for name, (n, k) in shapes.items():
-        g = torch.Generator(device="cuda").manual_seed(n + k)
-        q = to_cuda(quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4"))
-        wref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)
-        nbytes = n * k // 2 + n * k // 16 + n * 4
-        qs = [q] + [to_cuda(q) for _ in range(copies_for(nbytes) - 1)]
+        g, qs, wref, _ = nvfp4_weight(n, k)
         wbf = wref.to(torch.bfloat16)
         for m in (64, 256, 2048):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)

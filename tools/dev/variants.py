@@ -3,6 +3,23 @@ against a reference, time the correct ones as CUDA-graph replays over rotated we
 from __future__ import annotations
 
 
+def nvfp4_weight(n: int, k: int):
+    """(generator, rotated nvfp4 weight copies [N, K] (enough to defeat L2), fp32 dequantized reference [N, K],
+    bytes a copy) of fresh random weights seeded by the shape, on the GPU."""
+    import torch
+
+    from atlas.build_engine.quantize.quantizer import quantize
+    from atlas.plugins_trt.quant_linear.reference import dequantize
+    from atlas.tools.bench.timing import copies_for
+    from atlas.tools.bench_gemm import to_cuda
+
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    q = to_cuda(quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4"))
+    wref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)
+    nbytes = n * k // 2 + n * k // 16 + n * 4
+    return g, [q] + [to_cuda(q) for _ in range(copies_for(nbytes) - 1)], wref, nbytes
+
+
 def check_and_time(configs: list[dict], run, ref, copies: list, bound: float = 1e-2) -> tuple[list[dict], dict | None]:
     """run(cfg, weights) -> output. Each config's relative error against ref (on copies[0]); the ones under bound
     are timed (median microseconds, graph replays over `copies`). Returns (one record a config, the fastest)."""
