@@ -471,11 +471,14 @@ _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2
 # N = 34816; BLOCK_K 256 at MP 8, 128 / 64 at MP 16; the cp.async form (PIPE 3) on the 27B down projection (K 17408)
 # at M 4 / 16
 _GLUON_TILES = {8: [(64, 256, 4, 4, 1), (128, 256, 4, 4, 1), (64, 256, 4, 16, 1), (64, 128, 4, 4, 3),
-                    (64, 256, 4, 4, 2), (64, 256, 4, 8, 1), (64, 256, 4, 1, 1), (64, 128, 4, 8, 3)],
+                    (64, 256, 4, 4, 2), (256, 256, 8, 4, 1), (64, 256, 4, 8, 1), (64, 256, 4, 1, 1),
+                    (64, 128, 4, 8, 3)],
                 16: [(128, 128, 4, 4, 1), (64, 64, 4, 4, 1), (128, 128, 4, 16, 1), (64, 128, 4, 4, 3),
-                     (128, 128, 4, 4, 2), (128, 128, 4, 8, 1), (64, 128, 4, 8, 3)]}
-"""The third plain entry (SPLIT_K 16, untimed) is for layers with few row tiles and long rows (27B down: 80 tiles of
-64 rows, K 17408), where SPLIT_K 4 leaves 2.4 programs an SM."""
+                     (256, 128, 8, 4, 1), (128, 128, 4, 4, 2), (128, 128, 4, 8, 1), (64, 128, 4, 8, 3)]}
+"""Untimed entries: SPLIT_K 16 (the third plain one), for layers with few row tiles and long rows (27B down: 80 tiles
+of 64 rows, K 17408, where SPLIT_K 4 leaves 2.4 programs an SM); BLOCK_N 256 at 8 warps, for M 4..16, where every
+program reads its whole x slice (M x K / SPLIT_K) for BLOCK_N weight rows: at M 16 and BLOCK_N 128 the x reads are
+about as many bytes as the weights (sm_90: 100-102 registers, no spills)."""
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""

@@ -12,7 +12,7 @@ pytest.importorskip("triton.experimental.gluon")
 def test_gluon_gemv_compiles_without_shared_memory_in_its_loop():
     out = run_compiled("from atlas.tools.dev.nvfp4_gluon_gemv import sass_report; sass_report()")
     lines = [line for line in out.splitlines() if "instructions an element" in line]
-    assert len(lines) == 26, out
+    assert len(lines) == 30, out
     for line in lines:  # PIPE 2 (registers two deep) costs some repacking: up to ~4.3 an element
         per = float(line.split(":")[1].split()[0])
         plain, smem = "PIPE 1" in line, "PIPE 3" in line or "PIPE 4" in line
