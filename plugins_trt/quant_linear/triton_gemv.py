@@ -478,7 +478,7 @@ _GLUON_TILES = {8: [(64, 256, 4, 4, 1), (128, 256, 4, 4, 1), (64, 256, 4, 16, 1)
 """Untimed entries: SPLIT_K 16 (the third plain one), for layers with few row tiles and long rows (27B down: 80 tiles
 of 64 rows, K 17408, where SPLIT_K 4 leaves 2.4 programs an SM); BLOCK_N 256 at 8 warps, for M 4..16, where every
 program reads its whole x slice (M x K / SPLIT_K) for BLOCK_N weight rows: at M 16 and BLOCK_N 128 the x reads are
-about as many bytes as the weights (sm_90: 100-102 registers, no spills)."""
+44% of the weight bytes (27B gate_up; sm_90: 100-102 registers, no spills)."""
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""
