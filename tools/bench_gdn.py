@@ -118,11 +118,11 @@ def fla_split(L: Layer, y, B, T):
 
 # forms of the prefill timed beside launch_chunk_gdn's default in every prefill case: keyword arguments of
 # launch_chunk_gdn, or of launch_conv_varlen with a "conv_" prefix
-PREFILL_FORMS = {"wy_w1": {"wy_warps": 1}, "state_s4": {"num_stages": 4}, "out_heads": {"out_heads": True},
+PREFILL_FORMS = {"wy_w1": {"wy_warps": 1}, "out_heads": {"out_heads": True},
                  "out_heads_s1": {"out_heads": True, "out_head_stages": 1}}
-"""(The other stage-2 forms were slower than the default or within 0.4% of it in every case of the 2026-12-03
-gdn.json, the time-major conv grid slower everywhere; that file has their times as atlas_state_plain /
-state_halves / conv_time_major. They stay launch options.)"""
+"""(The other stage-2 forms and 4 stages were slower than the default or within 0.4% of it in every case of the
+2026-12-03 gdn.json, the time-major conv grid slower everywhere; that file has their times as atlas_state_plain /
+state_halves / state_s4 / conv_time_major. They stay launch options.)"""
 PREFILL_DEFAULT = "sliced_wy_w2_accdot_bv64_s3"
 """launch_chunk_gdn's default (stage 1 sliced at 2 warps, stage 2 accumulating at BV 64 / 3 stages; the conv's grid
 channel-major), the name this file records it under (earlier runs: "sliced_wy_bk32_w2", "held_wy" for the
