@@ -30,7 +30,8 @@ The plan the runtime reads (manifest["gdn_kernels"]):
          "prepped_chunk_inverse": {"16": n}, #   (either, solving by products where verify_solve_inverse says:
          "chunk_inverse": {"16": n},         #    T 9..16);
          "prepped_chunk_tail": {"17": n},    #   (prepped chunk, T 17: 16 tokens in the tile solved by products,
-                                             #    the last one step)
+                                             #    the last one step from three small dots)
+         "prep_tail": {"17": n},             #   (its prep: a 16-row tile and the last token as a 1-row tile)
          "commit": {"16": n, "32": n}},      #   then the rank-n commit
      "conv_varlen": name,                    # prefill conv + SiLU, windows updated
      "conv_update": name, "conv_update_verify": name, "conv_commit": name,   # the unfused conv path
@@ -129,8 +130,10 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
             HK, HV, DK, DV, KW, tp, BV=vc.commit_deltas_bv(DV)), rgrid)
     bv, warps = vc.verify_chunk_config(DV, fuse_norm=True)  # T 17: 16 tokens in the tile + one step
     deltas["prepped_chunk_tail"] = {"17": add("verify_deltas_prepped_chunk_tail", vc.signature_gdn_verify_chunk(
-        HK, HV, DK, DV, 17, BV=bv, num_warps=warps, norm_eps=eps, prepped=True, tail=True, solve_inverse=True),
-        rgrid)}
+        HK, HV, DK, DV, 17, BV=bv, num_warps=warps, norm_eps=eps, prepped=True, tail=True, solve_inverse=True,
+        tail_dots=True), rgrid)}
+    deltas["prep_tail"] = {"17": add("verify_deltas_prep_tail", vp.signature_gdn_verify_prep(  # its 1-row tail
+        HK, HV, DK, DV, 17, tail=True), ["HK + HV", "B", "1"])}
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=True)
     deltas["recurrent"] = add("verify_deltas_recurrent", rec.signature_gdn_recurrent(
         "verify_deltas", HK, HV, DK, DV, KW, BV=bv, num_warps=warps, norm_eps=eps), rgrid)

@@ -295,8 +295,8 @@ def launch_verify_chunk(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window,
     tail (needs prepped): the first T - 1 tokens in the tile, the last as one step after it (T 17 in a 16 tile),
     from k1ᵀ S0, q1ᵀ S0 and its products with the tile's keys taken before the solve.
     solve_inverse: the token solve by (I + A)^{-1} computed with products (no row loop).
-    tail_dots (with tail): the tail's products with S0 and the keys as three small dots, not cross-warp sums (untimed;
-    sm_90 at BV 64 / 4 warps: 33 CTA barriers and 1816 instructions in the kernel against 56 and 2024)."""
+    tail_dots (with tail): the tail's products with S0 and the keys as three small dots, not cross-warp sums
+    (sm_90 at BV 64 / 4 warps: 33 CTA barriers and 1816 instructions in the kernel against 56 and 2024)."""
     if tail and prepped is None:
         raise ValueError("tail=True needs the prep launch's outputs (prepped)")
     _, HV, DK, DV = state.shape

@@ -187,7 +187,7 @@ def launch_verify_prep(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, 
     """The first launch alone (gdn_verify_prep_kernel, grid (HK + HV, B)): q̂, k̂ into qn / dk, silu(conv(v)) into
     vc, g / beta into dg / beta, the raw inputs into keep_x / keep_ab; qn [B*T, HK*DK] and vc [B*T, HV*DV].
     tail: the last token as a 1-row tile after a token_tile(T - 1) tile (T 17: 16 + 1 rows at 4 warps, instead of a
-    32-row tile at 8; untimed)."""
+    32-row tile at 8)."""
     HK = num_k_heads
     DK, DV = qn.shape[1] // HK, vc.shape[1] // HV
     TP = token_tile(T - 1 if tail else T)

@@ -81,6 +81,7 @@ def test_gdn_plan_names_compiled_kernels(engine):
     assert set(_deltas_kernels()) <= set(deltas)  # every way the run-time policy can pick was compiled
     for way in ("chunk", "prepped_chunk", "prep", "commit"):  # one instance per token tile: 16 (T <= 16), 32 (T 17)
         assert set(deltas[way]) == {"16", "32"} and deltas[way]["16"] != deltas[way]["32"], way
+    assert set(deltas["prep_tail"]) == {"17"} and deltas["prep_tail"]["17"] not in deltas["prep"].values()
     assert len(plan["chunk"]) == 3
     names = _names(plan)
     assert names == set(plan["kernels"])
