@@ -92,8 +92,8 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
     best, best_t = None, float("inf")
     for cfg in candidates:
         if bucket in GEMV_BUCKETS:
-            fn = (lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)) \
-                if fmt == "nvfp4" else (lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg))
+            fn = (lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True)) \
+                if fmt == "nvfp4" else (lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True))
         else:
             fn = (lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)) \
                 if fmt == "nvfp4" else (lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg))
@@ -148,11 +148,12 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             tag = "_".join(f"{v}" for v in cfg.values())
             item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}
             if bucket in GEMV_BUCKETS:
-                sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k)
+                # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
+                sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
                 item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
                 if cfg["SPLIT_K"] > 1:
                     rcfg = gemv.CONFIGS_splitk_reduce[0]
-                    rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n)
+                    rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
                     item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
                                          gemv.grid_splitk_reduce(rcfg, bucket, n))
             elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel

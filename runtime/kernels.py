@@ -233,8 +233,23 @@ class KernelTable:
         values.append(ctypes.c_uint64(0))  # profile scratch: only instrumented builds use it (checked at build)
         # kernelParams: an array of pointers to each value; the driver copies them at launch.
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        _check(cu, cu.cuLaunchKernel, function, *grid, 32 * entry["num_warps"], 1, 1, entry["shared"],
-               cu.CUstream(stream.cuda_stream), ctypes.addressof(pointers), 0)
+        if not entry["constexprs"].get("PDL"):
+            _check(cu, cu.cuLaunchKernel, function, *grid, 32 * entry["num_warps"], 1, 1, entry["shared"],
+                   cu.CUstream(stream.cuda_stream), ctypes.addressof(pointers), 0)
+            return
+        # compiled for programmatic dependent launch (its griddepcontrol.wait guards every read of an earlier
+        # kernel's output): launched with the attribute, it may start while the kernel before it drains
+        config = cu.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = 32 * entry["num_warps"], 1, 1
+        config.sharedMemBytes = entry["shared"]
+        config.hStream = cu.CUstream(stream.cuda_stream)
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        config.attrs = [attr]
+        config.numAttrs = 1
+        _check(cu, cu.cuLaunchKernelEx, config, function, ctypes.addressof(pointers), 0)
 
     @staticmethod
     def _pack(name: str, param: str, ty: str, value, aligned: bool):

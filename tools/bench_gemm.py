@@ -8,6 +8,9 @@ Each case: the candidate configs are timed and the fastest kept (the same search
 output is checked against the fp32 reference on the same inputs, and every figure is the median of
 CUDA-graph replays, rotating over enough weight copies that each replay reads device memory, not L2.
 Bandwidth = bytes the kernel must read and write / time, against the copy bandwidth measured in this run.
+GEMVs are launched as an engine launches them, with programmatic dependent launch (--no-pdl: plainly): in the
+graph of back-to-back GEMVs each one's launch and ramp-up overlap the one before (the decode step is such a
+chain); the winner's plain time is recorded beside it (seconds_without_pdl).
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def read_ceiling(nbytes: int, bandwidth: float) -> float:
     return n * 1024 * 4 / t / bandwidth
 
 
-def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[dict]:
+def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: bool = True) -> list[dict]:
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()))
     w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
     q4 = to_cuda(quantize(w.float(), "nvfp4"))  # the quantizer works on the CPU
@@ -107,11 +110,12 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[
                                "bw_fraction": (bytes_w["bf16"] + io) / t_cublas / bandwidth,
                                "tflops": 2 * m * n * k / t_cublas / 1e12}}
         if m <= 16:
-            def run4(cfg, qt):
-                return gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, out=out)
+            def run4(cfg, qt, pdl=pdl):
+                return gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, out=out,
+                                              pdl=pdl)
 
-            def run8(cfg, qt):
-                return gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=out)
+            def run8(cfg, qt, pdl=pdl):
+                return gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=out, pdl=pdl)
 
             cands4 = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, gemv.gemv_bucket(m), n, most, k)
             cands8 = gemv_candidates(gemv.CONFIGS_fp8_gemv, gemv.gemv_bucket(m), n, most)
@@ -143,6 +147,11 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int) -> list[
                         "rel_error": err, "candidates": timings}
             if m <= 16:
                 row[fmt]["read_ceiling_bw_fraction"] = ceiling[fmt]
+                row[fmt]["pdl"] = pdl
+                if pdl:  # the same winner launched plainly, each GEMV's launch and ramp-up exposed
+                    t0 = graph_time([lambda qt=qt: run(cfg, qt, pdl=False) for qt in qts], repeats=30)
+                    row[fmt]["seconds_without_pdl"] = t0
+                    row[fmt]["bw_fraction_without_pdl"] = b / t0 / bandwidth
         rows.append(row)
         print(f"{name:22s} M={m:5d}  cublas {t_cublas * 1e6:8.1f} us ({row['cublas_bf16']['bw_fraction']:.2f})  "
               f"nvfp4 {row['nvfp4']['seconds'] * 1e6:8.1f} us ({row['nvfp4']['bw_fraction']:.2f}, "
@@ -168,7 +177,9 @@ def summarize(rows: list[dict]) -> dict:
         "nvfp4_m256_speedup": min(r["nvfp4"]["speedup_vs_cublas"] for r in m256),
         "how": "speedups are cuBLAS BF16 time / Atlas time; M=1 over the two Qwen3.5-27B MLP shapes (min); "
                "M=256 min over all shapes; GEMV bandwidth min over every shape, M 1..16 and format; "
-               "read ceiling: a plain read of the same bytes (torch row sums), the smallest over those cases",
+               "read ceiling: a plain read of the same bytes (torch row sums), the smallest over those cases; "
+               "GEMVs launched as the engine launches them (pdl: programmatic dependent launch, each GEMV's "
+               "launch and ramp-up overlapping the kernel before it in the graph; seconds_without_pdl: plain)",
     }
 
 
@@ -177,14 +188,17 @@ def summarize(rows: list[dict]) -> dict:
 @click.option("--configs-per-bucket", default=CANDIDATES_PER_BUCKET, show_default=True,
               help="GEMV candidates tried per case (the build's number).")
 @click.option("--shapes", default=",".join(SHAPES), show_default=True)
-def main(out, configs_per_bucket, shapes):
+@click.option("--pdl/--no-pdl", default=True, show_default=True,
+              help="Launch the GEMVs with programmatic dependent launch, as engines do (the winner is also timed "
+                   "without).")
+def main(out, configs_per_bucket, shapes, pdl):
     t0 = time.time()
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True  # cuBLAS's default fast path
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
     rows, names = [], shapes.split(",")
     for name in names:
-        rows.extend(bench_shape(name, *SHAPES[name], bandwidth, configs_per_bucket))
+        rows.extend(bench_shape(name, *SHAPES[name], bandwidth, configs_per_bucket, pdl))
         report = {"device": device_info(), "copy_bandwidth_bytes_per_s": bandwidth, "cases": rows,
                   "summary": summarize(rows) if len(names) == len(SHAPES) and name == names[-1] else None,
                   "seconds": time.time() - t0}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gdn|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|gdn|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -25,6 +25,12 @@ fi
 if [ "$what" = gemmtests ]; then  # the GEMV / GEMM / CudaLinear GPU tests alone
     python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_quant_linear_triton.py \
         tests/runtime/test_linear_cuda.py 2>&1 | tee "$out/pytest_gemm_gpu.log" | tail -15
+fi
+if [ "$what" = gemmall ]; then  # the GEMV / GEMM GPU tests, then the benchmark (plain launches if PDL failed)
+    bash "$0" gemmtests
+    pdl=--pdl
+    grep -q "FAILED.*pdl_chain\|ERROR.*pdl_chain" "$out/pytest_gemm_gpu.log" && pdl=--no-pdl
+    python3 -m atlas.tools.bench_gemm $pdl --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30

@@ -37,6 +37,18 @@ S_UP = gl.constexpr(2.0 ** 118)  # decoded value = E2M1 * scale * 2^-8 (as in tr
 _SEL = _PAIR_SEL  # prmt selectors: byte i of q = w << 4 and of w, with the sign replicated
 
 
+@gluon.jit
+def _gdc_wait():
+    """griddepcontrol.wait (as triton.language.extra.cuda.gdc_wait)."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _gdc_launch_dependents():
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
 def _pair_asm(i: int) -> str:
     """int32 word w, bf16 scale S -> the bf16x2 of nibbles 2i, 2i + 1 (E2M1 * S * 2^-126) as int32."""
     return ("{ .reg .b32 q, p, s2; shl.b32 q, $1, 4; mov.b32 s2, {$2, $2}; prmt.b32 p, q, $1, " + _SEL[i] + "; "
@@ -196,11 +208,13 @@ def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, 
 def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                           M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
-                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1):
+                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
+                          PDL: gl.constexpr = False):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
-    shared-memory slots (BLOCK_K >= 128)."""
+    shared-memory slots (BLOCK_K >= 128). PDL: programmatic dependent launch (triton_gemv's docstring); PIPE 2 loads
+    its first weight block before the wait."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -228,6 +242,10 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
     xmask = (xm < M)[:, None]
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
+    if PDL:
+        _gdc_launch_dependents()
+        if PIPE != 2:
+            _gdc_wait()
     if PIPE > 2:  # cp.async through shared memory, PIPE stages deep (one CTA barrier a block)
         acc = _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
                          BN, BK, MP, RP, KW, NW, PIPE, wL, sL, pL, xL, aL, bL)
@@ -241,6 +259,8 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
         kb0 = gl.minimum(b_lo, nb - 1)  # an empty split loads block nb - 1 and never uses it
         wd = gl.load(w_rows + kb0 * KW)
         sr = gl.load(s_rows + kb0 * (BK // 16))
+        if PDL:  # the weights are nobody's output: only x waits for the previous grid
+            _gdc_wait()
         xw = gl.load(xp_rows + kb0 * (BK // 2), mask=xpmask, other=0)
         for kb in range(b_lo, b_hi):
             nxt = gl.minimum(kb + 1, b_hi - 1)

@@ -27,6 +27,13 @@ Design (memory-bound: the floor is the weight bytes over bandwidth):
   * SPLIT_K > 1: each split writes its fp32 partial (per-row scales applied) to a workspace
     [SPLIT_K, M, N]; splitk_reduce_kernel sums the splits in a fixed order (deterministic, no atomics, no
     memset), adds bias and residual and casts to bf16. With SPLIT_K == 1 the GEMV writes bf16 itself.
+  * PDL (programmatic dependent launch, sm_90): with the constexpr on and the kernel launched with the
+    programmatic-serialization attribute (`pdl=True` in the launchers, "PDL" in an engine's constexprs), each
+    program first lets the next launch start (griddepcontrol.launch_dependents) and waits for the previous
+    grid's writes (griddepcontrol.wait) before it reads x, the partials or the residual. The next kernel's
+    programs then take the SMs this one leaves, so the launch gap and ramp-up of back-to-back kernels overlap
+    (the decode step is a chain of them). Reads of the weights only (the Gluon GEMV's first block) may come
+    before the wait: nothing before it in the stream writes them.
 
 Every kernel takes pointers, i32 ints and constexprs only, so that the build stage can compile it ahead of time
 (triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32))). The
@@ -44,6 +51,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # ---- bit patterns (int32 constants spelt signed, as Triton wants them) ------------------------------------
 _E2M1_MASK = tl.constexpr(0x81C00000 - (1 << 32))  # sign bit 31 + E2M1 exponent/mantissa at fp32 bits 24..22
@@ -174,6 +182,14 @@ def nvfp4_tile_bf16(w, sg, PTX: tl.constexpr = False):
 
 
 @triton.jit
+def _pdl_enter(PDL: tl.constexpr):
+    """With PDL: let the next grid launch, then wait for the previous one's writes (module docstring)."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+
+
+@triton.jit
 def _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
                     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     """y fp32 [BM, BN] -> out[m, n] (+ bias[n]) (+ residual[m, n]), cast to out's element type, masked."""
@@ -260,7 +276,8 @@ def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.const
 def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                       M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PIPE: tl.constexpr = 1):
+                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PIPE: tl.constexpr = 1,
+                      PDL: tl.constexpr = False):
     """NVFP4 W4A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1); block 32 * num_warps threads.
 
     x_ptr    *bf16     [M, K], row stride stride_xm (elements)
@@ -274,9 +291,11 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     M, N, K  i32       1 <= M <= BLOCK_M, K % 16 == 0
     BLOCK_M  1 (CUDA-core path) or 2, 4, 8, 16 (tensor-core path); BLOCK_N, BLOCK_K powers of 2, BLOCK_K >= 32.
     HAS_BIAS / HAS_RESIDUAL only with SPLIT_K == 1 (otherwise splitk_reduce_kernel applies them).
+    PDL      programmatic dependent launch (module docstring)
     """
     tl.static_assert(BLOCK_K % 32 == 0)
     tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
+    _pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -360,7 +379,8 @@ def _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKE
 def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
                     M, N, K, stride_xm, stride_wn, stride_rm, stride_om,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, TC: tl.constexpr, PIPE: tl.constexpr = 1):
+                    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, TC: tl.constexpr, PIPE: tl.constexpr = 1,
+                    PDL: tl.constexpr = False):
     """FP8 (E4M3, per-output-channel scale) W8A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1).
 
     x_ptr    *bf16     [M, K], row stride stride_xm
@@ -376,6 +396,7 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
     tl.static_assert(BLOCK_K % 16 == 0)
     tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     tl.static_assert(TC or BLOCK_M == 1)
+    _pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -415,12 +436,13 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
 @triton.jit(do_not_specialize=["M"])
 def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, stride_om,
                          SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr = False):
     """out[m, :] = sum_s part[s, m, :] (+ bias) (+ residual), in split order. Grid (cdiv(N, BLOCK_N), M, 1).
 
     part_ptr *fp32 [SPLIT_K, M, N] contiguous;  bias_ptr *bf16 [N];  res_ptr *bf16 [M, N] row stride stride_rm
     out_ptr  *bf16 [M, N], row stride stride_om;  M, N i32.
     """
+    _pdl_enter(PDL)
     m = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
@@ -574,8 +596,8 @@ def compile_aot(spec: AotSignature, arch: int = 90):
                           options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
 
 
-def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
-    cx = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool = False) -> dict:
+    cx = {"PDL": pdl, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
           "SPLIT_K": config["SPLIT_K"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
     if "TC" in config:  # fp8_gemv_kernel's path switch
         cx["TC"] = config["TC"]
@@ -587,17 +609,18 @@ GEMV_GRID = ("cdiv(N, BLOCK_N)", "SPLIT_K", "1")
 
 
 def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
-                         has_residual: bool = False) -> AotSignature:
+                         has_residual: bool = False, pdl: bool = False) -> AotSignature:
     """nvfp4_gemv_kernel for a contiguous [N, K] weight; M stays a run-time argument (1 <= M <= BLOCK_M).
 
-    out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel)."""
+    out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel).
+    pdl: compiled for programmatic dependent launch (the runtime launches it with the attribute)."""
     out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
              "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
-    return aot_signature(_nvfp4_gemv_fn(config), types, ints, _gemv_constexprs(config, has_bias, has_residual),
-                         config, GEMV_GRID)
+    return aot_signature(_nvfp4_gemv_fn(config), types, ints,
+                         _gemv_constexprs(config, has_bias, has_residual, pdl), config, GEMV_GRID)
 
 
 def _nvfp4_gemv_fn(config: dict):
@@ -619,7 +642,7 @@ def _fp8_path(config: dict) -> dict:
 
 
 def signature_fp8_gemv(config: dict, N: int, K: int, has_bias: bool = False,
-                       has_residual: bool = False) -> AotSignature:
+                       has_residual: bool = False, pdl: bool = False) -> AotSignature:
     """fp8_gemv_kernel for a contiguous [N, K] weight (out_ptr typed as for signature_nvfp4_gemv)."""
     config = _fp8_path(config)
     out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
@@ -627,16 +650,17 @@ def signature_fp8_gemv(config: dict, N: int, K: int, has_bias: bool = False,
              "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32",
              "stride_rm": "i32", "stride_om": "i32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K, "stride_rm": N, "stride_om": N}
-    return aot_signature(fp8_gemv_kernel, types, ints, _gemv_constexprs(config, has_bias, has_residual), config,
-                         GEMV_GRID)
+    return aot_signature(fp8_gemv_kernel, types, ints, _gemv_constexprs(config, has_bias, has_residual, pdl),
+                         config, GEMV_GRID)
 
 
 def signature_splitk_reduce(config: dict, split_k: int, N: int, has_bias: bool = False,
-                            has_residual: bool = False) -> AotSignature:
+                            has_residual: bool = False, pdl: bool = False) -> AotSignature:
     """splitk_reduce_kernel summing `split_k` partials of width N."""
     types = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "res_ptr": "*bf16", "out_ptr": "*bf16",
              "M": "i32", "N": "i32", "stride_rm": "i32", "stride_om": "i32"}
     cx = {"SPLIT_K": split_k, "BLOCK_N": config["BLOCK_N"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+    cx["PDL"] = pdl
     return aot_signature(splitk_reduce_kernel, types, {"N": N, "stride_rm": N, "stride_om": N}, cx, config,
                          ("cdiv(N, BLOCK_N)", "M", "1"))
 
@@ -668,8 +692,9 @@ def _check_gemv_inputs(x: torch.Tensor, N: int, K: int, config: dict, bias, resi
     return M
 
 
-def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace):
-    """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]."""
+def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False):
+    """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]. pdl: both launched
+    with programmatic dependent launch."""
     M = x.shape[0]
     split = config["SPLIT_K"]
     if out is None:
@@ -681,24 +706,27 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     if split > 1 and (workspace.dtype != torch.float32 or tuple(workspace.shape) != (split, M, N)
                       or not workspace.is_contiguous()):
         raise ValueError(f"split-K workspace must be contiguous f32 [{split}, {M}, {N}].")
-    cx = _gemv_constexprs(config, bias is not None and split == 1, residual is not None and split == 1)
+    cx = _gemv_constexprs(config, bias is not None and split == 1, residual is not None and split == 1, pdl)
+    if pdl:
+        cx["launch_pdl"] = True
     target = out if split == 1 else workspace
     res = residual if residual is not None else out  # a valid pointer, never read when the flag is off
     kernel[grid_gemv(config, N)](
         x, *tensors, bias if bias is not None else out, res, target, M, N, K, x.stride(0), *strides,
         res.stride(0), target.stride(-2), **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
     if split > 1:
-        launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual)
+        launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual, pdl=pdl)
     return out
 
 
 def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                      workspace: torch.Tensor | None = None) -> torch.Tensor:
+                      workspace: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K] (M <= BLOCK_M); W in nvfp4 storage.
 
-    out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1."""
+    out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1;
+    pdl: programmatic dependent launch (sm_90; the module docstring)."""
     N, K = weight.shape[0], weight.shape[1] * 2
     _check_gemv_inputs(x, N, K, config, bias, residual)
     if weight.stride(1) != 1 or weight_scale.stride(1) != 1:
@@ -711,12 +739,13 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     if config.get("GLUON") and K % config["BLOCK_K"]:
         raise ValueError(f"the Gluon GEMV needs K % BLOCK_K == 0, got K = {K}, BLOCK_K = {config['BLOCK_K']}")
     return _run_gemv(_nvfp4_gemv_fn(config), x, (weight, weight_scale, weight_scale_2),
-                     (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace)
+                     (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace, pdl)
 
 
 def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, config: dict,
                     bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-                    out: torch.Tensor | None = None, workspace: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, workspace: torch.Tensor | None = None,
+                    pdl: bool = False) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K]; W e4m3 [N, K] with f32 weight_scale [N].
 
     out / workspace as for launch_nvfp4_gemv."""
@@ -728,17 +757,19 @@ def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
             or tuple(weight_scale.shape) != (N,)):
         raise ValueError("fp8 weight must be e4m3 [N, K] with f32 weight_scale [N].")
     return _run_gemv(fp8_gemv_kernel, x, (weight, weight_scale), (weight.stride(0),), N, K, _fp8_path(config), bias,
-                     residual, out, workspace)
+                     residual, out, workspace, pdl)
 
 
 def launch_splitk_reduce(partials: torch.Tensor, out: torch.Tensor, config: dict,
-                         bias: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
+                         bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+                         pdl: bool = False) -> torch.Tensor:
     """out bf16 [M, N] = partials.sum(0) (+ bias) (+ residual); partials fp32 [SPLIT_K, M, N] contiguous."""
     split, M, N = partials.shape
     res = residual if residual is not None else out
+    cx = {"PDL": True, "launch_pdl": True} if pdl else {}
     splitk_reduce_kernel[grid_splitk_reduce(config, M, N)](
         partials, bias if bias is not None else out, res, out, M, N, res.stride(0), out.stride(0),
         SPLIT_K=split, BLOCK_N=config["BLOCK_N"], HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-        num_warps=config["num_warps"], num_stages=config["num_stages"])
+        num_warps=config["num_warps"], num_stages=config["num_stages"], **cx)
     return out
 

@@ -429,6 +429,9 @@ cases = {  # name: (AotSignature, grid)
     "fp8_gemv.BM1": (GV.signature_fp8_gemv(gemv(1, 1), N, K, True, True), GV.grid_gemv(gemv(1, 1), N)),
     "fp8_gemv.BM16.S2": (GV.signature_fp8_gemv(gemv(16, 2), N, K), GV.grid_gemv(gemv(16, 2), N)),
     "splitk_reduce": (GV.signature_splitk_reduce(red, 4, N, True, True), GV.grid_splitk_reduce(red, 1, N)),
+    "nvfp4_gemv.gluon.pdl": (GV.signature_nvfp4_gemv({**gemv(1, 4), "GLUON": True, "PIPE": 2}, N, K, pdl=True),
+                             GV.grid_gemv(gemv(1, 4), N)),
+    "splitk_reduce.pdl": (GV.signature_splitk_reduce(red, 4, N, pdl=True), GV.grid_splitk_reduce(red, 1, N)),
     "nvfp4_gemm": (GM.signature_nvfp4_gemm(gemm, N, K, True, True), GM.grid_gemm(gemm, 2048, N)),
     "quantize_rows_fp8": (GM.signature_quantize_rows_fp8(quant, K), GM.grid_quantize_rows_fp8(quant, 2048)),
     "nvfp4_dequant": (GM.signature_nvfp4_dequant(GM.CONFIGS_nvfp4_dequant[0], N, K),
@@ -446,7 +449,7 @@ for name, (sig, grid) in cases.items():
     assert built.cubin == k.asm["cubin"], name
     entry = {"seconds": seconds, "dyn_shared": k.metadata.shared, "global_scratch": k.metadata.global_scratch_size,
              "ptx_v4_loads": k.asm["ptx"].count("ld.global.v4"), "wgmma": k.asm["ptx"].count("wgmma.mma_async"),
-             "params": len(sig.params)}
+             "params": len(sig.params), "griddepcontrol": k.asm["ptx"].count("griddepcontrol.")}
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"]); f.flush()
         usage = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True).stdout
@@ -475,6 +478,8 @@ def test_aot_compile_sm90(tmp_path):
         assert report[name]["ptx_v4_loads"] > 0, f"{name}: weights are not loaded 16 bytes at a time"
     for name in ("nvfp4_gemm", "fp8_gemm", "nvfp4_wgmma"):
         assert report[name]["wgmma"] > 0, f"{name} does not use wgmma"
+    for name, e in report.items():  # launch_dependents and wait in the PDL builds only
+        assert e["griddepcontrol"] == (2 if name.endswith(".pdl") else 0), name
 
 
 # ---- GPU ------------------------------------------------------------------------------------------------------
@@ -526,3 +531,55 @@ def test_gemm_gpu(fmt, M, shape):
 def test_quantize_rows_fp8_gpu_is_exact(K):
     for cfg in GM.CONFIGS_quantize_rows_fp8:
         check_quantize_rows(37, K, cfg, seed=K)
+
+
+@functools.lru_cache(maxsize=2)
+def chain_layers(fmt, K, n=6):
+    g = torch.Generator().manual_seed(K + len(fmt))
+    return [to_device(quantize(torch.randn(K, K, generator=g) / K ** 0.5, fmt)) for _ in range(n)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 4, 16])
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
+def test_gemv_pdl_chain_gpu(fmt, M):
+    """Programmatic dependent launch: a chain of GEMVs, each reading the previous one's output, launched with the
+    attribute and replayed from a CUDA graph, equals the same chain launched plainly, bit for bit. Every
+    intermediate buffer is NaN-filled first inside the graph, so a GEMV that read x before its wait would show it."""
+    configs = GV.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else GV.CONFIGS_fp8_gemv
+    ways = {}
+    for c in configs:  # one config of every way at this bucket, split and unsplit
+        if c["BLOCK_M"] == GV.gemv_bucket(M):
+            ways.setdefault((bool(c.get("TC")), c.get("PIPE", 1), bool(c.get("GLUON")), c["SPLIT_K"] > 1), c)
+    layers = chain_layers(fmt, 4096)
+    K = 4096
+    x0 = torch.randn(M, K, generator=torch.Generator().manual_seed(M * 13 + len(fmt))).bfloat16().to(DEVICE)
+    for cfg in ways.values():
+        bufs = [torch.empty(M, K, dtype=torch.bfloat16, device=DEVICE) for _ in layers]
+        ws = [torch.empty(cfg["SPLIT_K"], M, K, device=DEVICE) for _ in layers] if cfg["SPLIT_K"] > 1 else None
+
+        def chain(pdl):
+            for b in bufs:
+                b.fill_(float("nan"))
+            x = x0
+            for i, qt in enumerate(layers):
+                w = None if ws is None else ws[i]
+                if fmt == "nvfp4":
+                    x = GV.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, out=bufs[i],
+                                             workspace=w, pdl=pdl)
+                else:
+                    x = GV.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=bufs[i], workspace=w, pdl=pdl)
+            return x
+
+        want = chain(False).clone()
+        assert not want.isnan().any()
+        chain(True)  # compile and warm up outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = chain(True)
+        for _ in range(20):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(got, want), f"{fmt} M={M} {cfg}: the PDL chain differs from the plain one"
+        print(f"{fmt} M={M} {cfg}: PDL chain of {len(layers)} equals the plain chain over 20 graph replays")
