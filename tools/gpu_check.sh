@@ -31,6 +31,8 @@ if [ "$what" = gemmall ]; then  # the GEMV / GEMM GPU tests, then the benchmark 
     pdl=--pdl
     grep -q "FAILED.*pdl_chain\|ERROR.*pdl_chain" "$out/pytest_gemm_gpu.log" && pdl=--no-pdl
     python3 -m atlas.tools.bench_gemm $pdl --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
+    python3 -m atlas.tools.dev.nvfp4_wgmma_gemm --w-smem 2>&1 | tee "$out/nvfp4_wgmma_gemm.log" | grep -a " M=\|Error" \
+        | tail -14
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30

@@ -59,14 +59,40 @@ def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN: gl.const
 
 
 @gluon.jit
+def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN: gl.constexpr, BK: gl.constexpr,
+               KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr,
+               pL: gl.constexpr, aL: gl.constexpr):
+    """_step with the weights and scales in the cp.async ring beside x (W_SMEM): refill slot kb - 2 with block
+    kb + S - 2's x, words and scales, read block kb's words and scales from shared memory, decode, issue, wait for
+    block kb - 1's wgmma. The weights are S - 2 blocks in flight instead of one block in registers."""
+    async_copy.wait_group(S - 3)
+    fence_async_shared()
+    gl.thread_barrier()
+    slot = (kb + S - 2) % S
+    nxt = gl.minimum(kb + S - 2, nb - 1)
+    async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + nxt * BK)
+    async_copy.async_copy_global_to_shared(w_s.index(slot), wp + nxt * KW)
+    async_copy.async_copy_global_to_shared(s_s.index(slot), sp + nxt * (BK // 16))
+    async_copy.commit_group()
+    wd = w_s.index(kb % S).load(wL)
+    sr = s_s.index(kb % S).load(sL).to(gl.float8e4nv, bitcast=True)
+    a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL)
+    acc = warpgroup_mma(a, x_s.index(kb % S).permute((1, 0)), acc, is_async=True)
+    acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
+    return acc, a, a_prev
+
+
+@gluon.jit
 def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                             M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                            STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+                            STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                            W_SMEM: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual), x given k-permuted (permute_k). Grid (cdiv(N, BLOCK_N) *
     cdiv(M, BLOCK_M),), M tiles fastest (neighbouring programs share a weight tile). K % (2 BLOCK_K) == 0; BLOCK_N a
     multiple of 16 x num_warps; BLOCK_M 64..256, a multiple of 64 up to 256; STAGES >= 3 x slots (prefetch
-    distance STAGES - 2 blocks)."""
+    distance STAGES - 2 blocks). W_SMEM: the weight words and scales go through the same ring (_step_smem)
+    instead of one block ahead in registers, whose load latency (about 1 us) one block's wgmma does not cover."""
     NW: gl.constexpr = gl.num_warps()
     BN: gl.constexpr = BLOCK_N
     BM: gl.constexpr = BLOCK_M
@@ -97,17 +123,42 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
         + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
 
     x_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, BK], x_sl)
-    for i in gl.static_range(S - 2):  # prologue: x of blocks 0 .. S - 3 (clamped; an extra copy is harmless)
-        async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + gl.minimum(i, nb - 1) * BK)
-        async_copy.commit_group()
-    wd = gl.load(w_rows)
-    sr = gl.load(s_rows)
     acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
     a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
-    for kb in range(0, nb, 2):  # unrolled by two: the A operands of even and odd blocks are different values
-        acc, a0, a1, wd, sr = _step(acc, a1, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN, BK, KW, RP, S, wL, pL, aL)
-        acc, a1, a0, wd, sr = _step(acc, a0, wd, sr, x_s, x_rows, w_rows, s_rows, kb + 1, nb, BN, BK, KW, RP, S, wL,
-                                    pL, aL)
+    if W_SMEM:
+        shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
+        s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
+        wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])  # 16-byte copies
+        scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])  # 4-byte copies
+        wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
+        wp = (w_ptr + wr[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
+            + gl.arange(0, KW, layout=gl.SliceLayout(0, wcL))[None, :]
+        sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
+        sp = (ws_ptr + sq[:, None] * stride_sn).to(gl.pointer_type(gl.int8)) \
+            + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL))[None, :]
+        for i in gl.static_range(S - 2):  # prologue: blocks 0 .. S - 3 (clamped; an extra copy is harmless)
+            kb0 = gl.minimum(i, nb - 1)
+            async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + kb0 * BK)
+            async_copy.async_copy_global_to_shared(w_s.index(i), wp + kb0 * KW)
+            async_copy.async_copy_global_to_shared(s_s.index(i), sp + kb0 * (BK // 16))
+            async_copy.commit_group()
+        for kb in range(0, nb, 2):  # unrolled by two, as below
+            acc, a0, a1 = _step_smem(acc, a1, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN, BK, KW, RP, S, wL, sL, pL,
+                                     aL)
+            acc, a1, a0 = _step_smem(acc, a0, x_s, w_s, s_s, x_rows, wp, sp, kb + 1, nb, BN, BK, KW, RP, S, wL, sL,
+                                     pL, aL)
+    else:
+        for i in gl.static_range(S - 2):  # prologue: x of blocks 0 .. S - 3 (clamped; an extra copy is harmless)
+            async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + gl.minimum(i, nb - 1) * BK)
+            async_copy.commit_group()
+        wd = gl.load(w_rows)
+        sr = gl.load(s_rows)
+        for kb in range(0, nb, 2):  # unrolled by two: the A operands of even and odd blocks are different values
+            acc, a0, a1, wd, sr = _step(acc, a1, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN, BK, KW, RP, S, wL,
+                                        pL, aL)
+            acc, a1, a0, wd, sr = _step(acc, a0, wd, sr, x_s, x_rows, w_rows, s_rows, kb + 1, nb, BN, BK, KW, RP, S,
+                                        wL, pL, aL)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     async_copy.wait_group(0)
 
@@ -134,7 +185,8 @@ def grid_wgmma(config: dict, M: int, N: int) -> tuple[int, int, int]:
 
 def wgmma_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
-            "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+            "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
+            "W_SMEM": config.get("W_SMEM", False)}
 
 
 def supports(config: dict, K: int) -> bool:

@@ -3,6 +3,7 @@ beside the shipped NVFP4 GEMM and cuBLAS BF16, or print its sm_90 resources and 
 
     python -m atlas.tools.dev.nvfp4_wgmma_gemm          # GPU box: $OUT/nvfp4_wgmma_gemm.json
     python -m atlas.tools.dev.nvfp4_wgmma_gemm --sass   # CPU: registers, spills, HGMMA count, in-flight A overwrites
+    [--w-smem]: only the configs with the weights through the shared-memory ring
 """
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import os
 import sys
 
 def _configs() -> list[dict]:
+    """The shipped wgmma configs, then each with its weights through the shared-memory ring (W_SMEM, untimed);
+    --w-smem: those only."""
     from atlas.plugins_trt.quant_linear.triton_gemm import CONFIGS_nvfp4_wgmma
-    return CONFIGS_nvfp4_wgmma
+    smem = [{**c, "W_SMEM": True} for c in CONFIGS_nvfp4_wgmma]
+    return smem if "--w-smem" in sys.argv else CONFIGS_nvfp4_wgmma + smem
 
 
 def a_register_hazards(sass: str) -> list[str]:
@@ -127,7 +131,7 @@ def main() -> None:
             errs = error_summary(row["variants"])
             print(f"{name:22s} M={m:5d} cublas {row['cublas_us']:8.1f} us  shipped {row.get('shipped_us', 0):8.1f} us"
                   f"  wgmma best {best['us'] if best else 0:8.1f} us "
-                  f"{({k: best[k] for k in ('BLOCK_M', 'BLOCK_N', 'BLOCK_K', 'STAGES', 'num_warps')} if best else '')}"
+                  f"{({k: best[k] for k in ('BLOCK_M', 'BLOCK_N', 'BLOCK_K', 'STAGES', 'num_warps', 'W_SMEM') if k in best} if best else '')}"
                   f" rel errors {errs[:4]}", flush=True)
             res["rows"].append(row)
             json.dump(res, open(f"{out_dir}/nvfp4_wgmma_gemm.json", "w"), indent=1)
