@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|gdn|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|gdn|gdnall|splits|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -37,6 +37,11 @@ fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
 fi
+if [ "$what" = gdnall ]; then  # the GDN GPU tests, the benchmark, then the GEMV split sweep in what time is left
+    bash "$0" gdntests
+    bash "$0" gdn
+    timeout 90 bash "$0" splits
+fi
 if [ "$what" = gdn ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gdn --out "$out/gdn.json" 2>&1 | tee "$out/bench_gdn.log" | tail -30
 fi
@@ -60,6 +65,9 @@ if [ "$what" = probe ]; then  # where a wrong Gluon GEMV result comes from (the 
 fi
 if [ "$what" = wgmma ]; then  # the Gluon wgmma NVFP4 GEMM (tools/dev/nvfp4_wgmma_gemm.py): correctness + timing
     python3 -m atlas.tools.dev.nvfp4_wgmma_gemm 2>&1 | tee "$out/nvfp4_wgmma_gemm.log" | grep -a " M=\|Error" | tail -30
+fi
+if [ "$what" = splits ]; then  # the Gluon GEMV's M 1 tiles at SPLIT_K 2..20 with PDL (about a minute)
+    python3 -m atlas.tools.dev.nvfp4_gluon_gemv --splits 2>&1 | tee "$out/nvfp4_gluon_splits.log" | grep -a " M=\|Error"
 fi
 if [ "$what" = gluon ]; then  # the Gluon mma.sync NVFP4 GEMV (tools/dev/nvfp4_gluon_gemv.py): correctness + timing
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv 2>&1 | tee "$out/nvfp4_gluon_gemv.log" | grep -a " M=\|Error" | tail -30

@@ -4,6 +4,8 @@ the shipped Triton GEMV, or print its sm_90 loop instruction mix (no GPU needed)
     python -m atlas.tools.dev.nvfp4_gluon_gemv          # GPU box: $OUT/nvfp4_gluon_gemv.json
     python -m atlas.tools.dev.nvfp4_gluon_gemv --sass   # CPU: loop instructions a weight element per config
     python -m atlas.tools.dev.nvfp4_gluon_gemv --probe  # GPU box: where a wrong result comes from ($OUT/gluon_probe.*)
+    python -m atlas.tools.dev.nvfp4_gluon_gemv --splits # GPU box: SPLIT_K 2..20 at M 1, PDL launches
+                                                        #   ($OUT/nvfp4_gluon_splits.json)
 """
 from __future__ import annotations
 
@@ -122,11 +124,11 @@ def probe() -> None:
     torch.save(dump, f"{out_dir}/gluon_probe.pt")
 
 
-def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None):
+def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None, pdl=False):
     """y = x @ W.T through triton_gemv.launch_nvfp4_gemv with the Gluon kernel (cfg: BK, BN, NW, SPLIT_K)."""
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     bm = gemv.gemv_bucket(x.shape[0])
-    return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out)
+    return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out, pdl=pdl)
 
 
 def gluon_config(cfg: dict, bucket: int) -> dict:
@@ -166,7 +168,10 @@ def sass_report() -> None:
                   f"{dict(ops.most_common(8))}")
 
 
-def main() -> None:
+def main(splits: bool = False) -> None:
+    """Every CONFIGS entry at M 1 / 4 / 16 beside the shipped choice; splits: the M 1 winners' tiles at SPLIT_K 2
+    to 20, launched with PDL as engines launch them (how the waves fall: 27B gate_up has 544 row tiles
+    of 64, 27B down 80 with 68 blocks of 256 along K, so SPLIT_K 16 leaves two splits empty there)."""
     import torch
 
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
@@ -183,25 +188,28 @@ def main() -> None:
     res = {"copy_bandwidth": bw, "rows": []}
     for name, (n, k) in shapes.items():
         g, qs, wref, nbytes = nvfp4_weight(n, k)
-        for m in (1, 4, 16):  # M 2 and 8: the full benchmark (tools/bench_gemm.py) times every bucket
+        for m in (1,) if splits else (1, 4, 16):  # M 2 and 8: tools/bench_gemm.py times every bucket
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
             row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
             cfg0 = shipped.get((name, m))
             if cfg0 is not None:
                 row["shipped_us"] = graph_time([lambda qt=qt: gemv.launch_nvfp4_gemv(
-                    x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg0) for qt in qs], repeats=20) * 1e6
-            row["variants"], best = check_and_time(
-                CONFIGS, lambda cfg, qt: launch(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg), ref, qs)
+                    x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg0, pdl=splits) for qt in qs],
+                    repeats=20) * 1e6
+            configs = [dict(BK=256, BN=bn, NW=4, SPLIT_K=sk, PIPE=p) for bn, p in ((64, 1), (64, 2), (128, 1))
+                       for sk in (2, 3, 4, 5, 6, 8, 10, 12, 16, 17, 20)] if splits else CONFIGS
+            row["variants"], best = check_and_time(configs, lambda cfg, qt: launch(
+                x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=splits), ref, qs)
             row["best"] = best
             errs = error_summary(row["variants"])
             print(f"{name:22s} M={m:2d} shipped {row.get('shipped_us', 0):7.1f} us  gluon best "
                   f"{best['us'] if best else 0:7.1f} us (bw {row['bytes'] / (best['us'] * 1e-6) / bw if best else 0:.2f})"
-                  f" {({k: best[k] for k in ('BK', 'BN', 'NW', 'SPLIT_K')} if best else '')} rel errors {errs[:4]}",
+                  f" {({k: best[k] for k in ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE')} if best else '')} rel errors {errs[:4]}",
                   flush=True)
             res["rows"].append(row)
-            json.dump(res, open(f"{out_dir}/nvfp4_gluon_gemv.json", "w"), indent=1)
+            json.dump(res, open(f"{out_dir}/nvfp4_gluon_{'splits' if splits else 'gemv'}.json", "w"), indent=1)
 
 
 if __name__ == "__main__":
-    sass_report() if "--sass" in sys.argv else probe() if "--probe" in sys.argv else main()
+    sass_report() if "--sass" in sys.argv else probe() if "--probe" in sys.argv else main("--splits" in sys.argv)
