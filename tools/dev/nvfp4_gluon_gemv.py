@@ -124,16 +124,29 @@ def probe() -> None:
     torch.save(dump, f"{out_dir}/gluon_probe.pt")
 
 
+_LOCKS = {}
+
+
 def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None, pdl=False):
-    """y = x @ W.T through triton_gemv.launch_nvfp4_gemv with the Gluon kernel (cfg: BK, BN, NW, SPLIT_K)."""
+    """y = x @ W.T through triton_gemv.launch_nvfp4_gemv with the Gluon kernel (cfg: BK, BN, NW, SPLIT_K, PIPE,
+    FOLD; FOLD's counters are kept per shape, so a timed graph holds no memset)."""
+    import torch
+
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     bm = gemv.gemv_bucket(x.shape[0])
-    return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out, pdl=pdl)
+    locks = None
+    if cfg.get("FOLD"):
+        key = (weight.shape[0], cfg["BN"], weight.device)
+        locks = _LOCKS.setdefault(key, torch.zeros(-(-weight.shape[0] // cfg["BN"]), dtype=torch.int32,
+                                                   device=weight.device))
+    return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out, pdl=pdl,
+                                  locks=locks)
 
 
 def gluon_config(cfg: dict, bucket: int) -> dict:
     return {"BLOCK_M": bucket, "BLOCK_N": cfg["BN"], "BLOCK_K": cfg["BK"], "SPLIT_K": cfg["SPLIT_K"],
-            "num_warps": cfg["NW"], "num_stages": 1, "GLUON": True, "PIPE": cfg.get("PIPE", 1)}
+            "num_warps": cfg["NW"], "num_stages": 1, "GLUON": True, "PIPE": cfg.get("PIPE", 1),
+            **({"FOLD": True} if cfg.get("FOLD") else {})}
 
 
 def sass_report() -> None:
@@ -169,8 +182,8 @@ def sass_report() -> None:
 
 
 def main(splits: bool = False) -> None:
-    """Every CONFIGS entry at M 1 / 4 / 16 beside the shipped choice; splits: the M 1 winners' tiles at SPLIT_K 2
-    to 20, launched with PDL as engines launch them (how the waves fall: 27B gate_up has 544 row tiles
+    """Every CONFIGS entry at M 1 / 4 / 16 beside the shipped choice; splits: the M 1 winners' tile (plain and PIPE 2,
+    with and without FOLD) at SPLIT_K 2 to 17, launched with PDL as engines launch them (how the waves fall: 27B gate_up has 544 row tiles
     of 64, 27B down 80 with 68 blocks of 256 along K, so SPLIT_K 16 leaves two splits empty there)."""
     import torch
 
@@ -197,15 +210,16 @@ def main(splits: bool = False) -> None:
                 row["shipped_us"] = graph_time([lambda qt=qt: gemv.launch_nvfp4_gemv(
                     x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg0, pdl=splits) for qt in qs],
                     repeats=20) * 1e6
-            configs = [dict(BK=256, BN=bn, NW=4, SPLIT_K=sk, PIPE=p) for bn, p in ((64, 1), (64, 2), (128, 1))
-                       for sk in (2, 3, 4, 5, 6, 8, 10, 12, 16, 17, 20)] if splits else CONFIGS
+            configs = [dict(BK=256, BN=64, NW=4, SPLIT_K=sk, PIPE=p, FOLD=f) for p in (1, 2) for f in (False, True)
+                       for sk in (2, 3, 4, 5, 6, 8, 12, 16, 17)] if splits else CONFIGS
             row["variants"], best = check_and_time(configs, lambda cfg, qt: launch(
                 x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=splits), ref, qs)
             row["best"] = best
             errs = error_summary(row["variants"])
             print(f"{name:22s} M={m:2d} shipped {row.get('shipped_us', 0):7.1f} us  gluon best "
                   f"{best['us'] if best else 0:7.1f} us (bw {row['bytes'] / (best['us'] * 1e-6) / bw if best else 0:.2f})"
-                  f" {({k: best[k] for k in ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE')} if best else '')} rel errors {errs[:4]}",
+                  f" {({k: best[k] for k in ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE', 'FOLD') if k in best} if best else '')}"
+                  f" rel errors {errs[:4]}",
                   flush=True)
             res["rows"].append(row)
             json.dump(res, open(f"{out_dir}/nvfp4_gluon_{'splits' if splits else 'gemv'}.json", "w"), indent=1)
