@@ -104,4 +104,15 @@ class CudaLinear:
             else:
                 self._launch(entry["kernel"], xq_ptr=xq, xs_ptr=xs, out_ptr=out,
                              **{**common, "stride_xm": xq.stride(0)})
+        if self.bias is not None and not self._adds_bias(entry):
+            out += self.bias  # the build compiles the kernels without a bias epilogue
         return out
+
+    def _adds_bias(self, entry: dict) -> bool:
+        """Whether the launches of this M bucket's plan add the bias themselves (cuBLAS ways, or a kernel compiled
+        with HAS_BIAS writing the output: the split-K reduction when there is one)."""
+        cfg = entry["config"]
+        if cfg.get("DEQUANT") or cfg.get("CUBLAS"):
+            return True
+        last = entry.get("reduce") or entry["kernel"]
+        return bool(self.kernels.kernels[last].entry["constexprs"].get("HAS_BIAS"))

@@ -161,9 +161,11 @@ def check_engine_linears(result, m):
              if f"{prefix}.{s}" in stored}
         n = t["weight"].shape[0]
         k = t["weight"].shape[1] * (2 if fmt == "nvfp4" else 1)
-        layer = CudaLinear(fmt, t, table, m_["linear_kernels"][f"{fmt}:{n}x{k}"])
+        bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if prefix.endswith("qkv_proj") else None
+        layer = CudaLinear(fmt, t, table, m_["linear_kernels"][f"{fmt}:{n}x{k}"], bias)
         x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         ref = x.float() @ dequantize(fmt, t["weight"], t.get("weight_scale"), t.get("weight_scale_2")).T
+        ref = ref if bias is None else ref + bias.float()  # an attention bias (Llama's attention_bias)
         y = layer(x)
         err = float((y.float() - ref).norm() / ref.norm())
         bound = 5e-2 if (fmt == "fp8" and m > 16) else 1e-2  # W8A8 rounds the activations too
