@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import ctypes
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,7 @@ class KernelTable:
         self.kernels = kernels
         self.arch = arch
         self._cu = None
+        self._no_pdl = False
         self._retired: list[torch.Tensor] = []  # outgrown scratch buffers, which captured graphs may still use
 
     @classmethod
@@ -233,10 +235,20 @@ class KernelTable:
         values.append(ctypes.c_uint64(0))  # profile scratch: only instrumented builds use it (checked at build)
         # kernelParams: an array of pointers to each value; the driver copies them at launch.
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        if not entry["constexprs"].get("PDL"):
+        if not entry["constexprs"].get("PDL") or self._no_pdl:
             _check(cu, cu.cuLaunchKernel, function, *grid, 32 * entry["num_warps"], 1, 1, entry["shared"],
                    cu.CUstream(stream.cuda_stream), ctypes.addressof(pointers), 0)
             return
+        try:
+            self._launch_pdl(cu, function, grid, entry, stream, pointers)
+        except (AttributeError, TypeError, CudaError) as e:  # a driver binding without cuLaunchKernelEx
+            # the griddepcontrol instructions are no-ops in a plain launch: same results, no overlap
+            warnings.warn(f"programmatic dependent launch unavailable ({e}); launching plainly", stacklevel=2)
+            self._no_pdl = True
+            self.launch(name, grid, *args, stream=stream)
+
+    @staticmethod
+    def _launch_pdl(cu, function, grid, entry, stream, pointers) -> None:
         # compiled for programmatic dependent launch (its griddepcontrol.wait guards every read of an earlier
         # kernel's output): launched with the attribute, it may start while the kernel before it drains
         config = cu.CUlaunchConfig()

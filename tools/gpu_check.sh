@@ -26,21 +26,22 @@ if [ "$what" = gemmtests ]; then  # the GEMV / GEMM / CudaLinear GPU tests alone
     python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_quant_linear_triton.py \
         tests/runtime/test_linear_cuda.py 2>&1 | tee "$out/pytest_gemm_gpu.log" | tail -15
 fi
-if [ "$what" = gemmall ]; then  # the GEMV / GEMM GPU tests, then the benchmark (plain launches if PDL failed)
+if [ "$what" = gemmall ]; then  # the GEMV / GEMM GPU tests, the benchmark (plain launches if PDL failed), then
+    # the W_SMEM wgmma GEMM and the GEMV split sweep in what time is left
     bash "$0" gemmtests
     pdl=--pdl
     grep -q "FAILED.*pdl_chain\|ERROR.*pdl_chain" "$out/pytest_gemm_gpu.log" && pdl=--no-pdl
     python3 -m atlas.tools.bench_gemm $pdl --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
-    python3 -m atlas.tools.dev.nvfp4_wgmma_gemm --w-smem 2>&1 | tee "$out/nvfp4_wgmma_gemm.log" | grep -a " M=\|Error" \
-        | tail -14
+    timeout 100 python3 -m atlas.tools.dev.nvfp4_wgmma_gemm --w-smem 2>&1 | tee "$out/nvfp4_wgmma_gemm.log" \
+        | grep -a " M=\|Error" | tail -14
+    timeout 100 bash "$0" splits
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
 fi
-if [ "$what" = gdnall ]; then  # the GDN GPU tests, the benchmark, then the GEMV split sweep in what time is left
+if [ "$what" = gdnall ]; then  # the GDN GPU tests, then the benchmark
     bash "$0" gdntests
     bash "$0" gdn
-    timeout 90 bash "$0" splits
 fi
 if [ "$what" = gdn ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gdn --out "$out/gdn.json" 2>&1 | tee "$out/bench_gdn.log" | tail -30
