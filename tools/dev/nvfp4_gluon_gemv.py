@@ -137,8 +137,9 @@ def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None, pdl=False):
     locks = None
     if cfg.get("FOLD"):
         key = (weight.shape[0], cfg["BN"], weight.device)
-        locks = _LOCKS.setdefault(key, torch.zeros(-(-weight.shape[0] // cfg["BN"]), dtype=torch.int32,
-                                                   device=weight.device))
+        if key not in _LOCKS:  # made on the eager check call, never inside a graph capture
+            _LOCKS[key] = torch.zeros(-(-weight.shape[0] // cfg["BN"]), dtype=torch.int32, device=weight.device)
+        locks = _LOCKS[key]
     return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out, pdl=pdl,
                                   locks=locks)
 
