@@ -190,8 +190,10 @@ def wgmma_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
 
 
 def supports(config: dict, K: int) -> bool:
-    """Whether a WGMMA config can serve K (its K loop is unrolled by two blocks)."""
-    return K % (2 * config["BLOCK_K"]) == 0
+    """Whether a WGMMA config can serve K: its K loop is unrolled by two blocks, and W_SMEM's 4-byte cp.async of the
+    block scales needs their row stride (K / 16 bytes) 16-byte aligned (Triton 3.6 fails to compile it otherwise,
+    e.g. K 128, 384, 1152)."""
+    return K % (2 * config["BLOCK_K"]) == 0 and not (config.get("W_SMEM") and K % 256)
 
 
 def signature_nvfp4_gemm_wgmma(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
@@ -237,7 +239,8 @@ def launch_nvfp4_gemm_wgmma(x: torch.Tensor, weight: torch.Tensor, weight_scale:
     M, K = x.shape
     N = weight.shape[0]
     if not supports(config, K):
-        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K) == 0, got K = {K}, BLOCK_K = {config['BLOCK_K']}")
+        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K) == 0 (and K % 256 == 0 with W_SMEM), got K = {K}, "
+                         f"config {config}")
     xp = permute_k(x, config["BLOCK_K"], x_perm)
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)

@@ -235,12 +235,15 @@ workspace and cuBLAS multiplies them (nvfp4_dequant_linear). Costs 2.56 bytes a 
 (~110 us for the 27B gate_up), so it pays where the GEMM is MMA-bound: M of a few hundred and up."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_dequant
 CONFIGS_nvfp4_wgmma = [
-    {"WGMMA": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1}
+    {"WGMMA": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1,
+     "W_SMEM": True}
     for bm, bn, bk, st, w in [(256, 64, 64, 4, 4), (128, 64, 64, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 5, 4),
                               (256, 128, 64, 4, 8), (128, 128, 64, 5, 8), (128, 128, 128, 4, 8), (64, 128, 128, 5, 8)]
 ]
 """nvfp4 at M >= 64 through gluon_gemm.nvfp4_gemm_wgmma_kernel (wgmma, the decoded weights as its register operand;
-K % (2 BLOCK_K) == 0 only: gemm_candidates drops it elsewhere)."""
+K % (2 BLOCK_K) == 0 only: gemm_candidates drops it elsewhere), the weights through the shared-memory ring
+(W_SMEM): faster than the register prefetch in all 12 cases timed (tools/results/nvfp4_wgmma_gemm_smem.json against
+nvfp4_wgmma_gemm.json: 27B gate_up M 256 205.3 against 226.6 us, M 64 91.1 against 126.2)."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA")."""

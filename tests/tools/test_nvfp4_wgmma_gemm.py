@@ -32,7 +32,7 @@ def test_x_permutation_matches_the_weight_decode_and_keeps_the_dot(BK):
 def test_wgmma_gemm_compiles_without_spills_or_a_operand_hazards():
     out = run_compiled("from atlas.tools.dev.nvfp4_wgmma_gemm import sass_report; sass_report()")
     lines = [line for line in out.splitlines() if "BLOCK_M" in line]
-    assert len(lines) == 16 and sum("W_SMEM" in line for line in lines) == 8, out  # both forms
+    assert len(lines) == 16 and sum("'W_SMEM': True" in line for line in lines) == 8, out  # both forms
     for line in lines:
         assert "STACK:0" in line and "LOCAL:0" in line and "HGMMA 0" not in line, line
         assert "in flight: 0 []" in line, line
@@ -48,3 +48,13 @@ def test_hazard_check_finds_the_triton_swap_ab_race():
     out = run_compiled(code)
     racy, drained = (int(v) for v in out.split())
     assert racy > 0 and drained == 0, out
+
+
+def test_w_smem_needs_aligned_scale_rows():
+    """W_SMEM copies the block scales 4 bytes at a time: K / 16 must keep rows 16-byte aligned (K % 256 == 0)."""
+    from atlas.plugins_trt.quant_linear.gluon_gemm import supports
+
+    cfg = {"BLOCK_K": 64, "W_SMEM": True}
+    assert supports(cfg, 4096) and supports(cfg, 17408)
+    assert not supports(cfg, 128) and not supports(cfg, 1152)
+    assert supports({**cfg, "W_SMEM": False}, 128) and not supports({**cfg, "W_SMEM": False}, 96)

@@ -12,11 +12,11 @@ import os
 import sys
 
 def _configs() -> list[dict]:
-    """The shipped wgmma configs, then each with its weights through the shared-memory ring (W_SMEM, untimed);
-    --w-smem: those only."""
+    """The shipped wgmma configs (weights through the shared-memory ring, W_SMEM), then each with its weights
+    prefetched into registers instead; --w-smem: the shipped ones only."""
     from atlas.plugins_trt.quant_linear.triton_gemm import CONFIGS_nvfp4_wgmma
     smem = [{**c, "W_SMEM": True} for c in CONFIGS_nvfp4_wgmma]
-    return smem if "--w-smem" in sys.argv else CONFIGS_nvfp4_wgmma + smem
+    return smem if "--w-smem" in sys.argv else smem + [{**c, "W_SMEM": False} for c in smem]
 
 
 def a_register_hazards(sass: str) -> list[str]:
