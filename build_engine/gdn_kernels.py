@@ -36,7 +36,6 @@ The plan the runtime reads (manifest["gdn_kernels"]):
      "conv_varlen": name,                    # prefill conv + SiLU, windows updated
      "conv_update": name, "conv_update_verify": name, "conv_commit": name,   # the unfused conv path
      "chunk": [wy, state, out],              # chunked prefill stages in launch order (state at the largest BV)
-     "chunk_wy_1warp": name,                 # stage 1 at 1 warp, for NT * HV >= triton_chunk.WY_ONE_WARP_PROGRAMS
      "chunk_state": {"64": name},             # stage 2 per BV (pick_bv(DV): one)
      "kernels": {name: {"kernel": triton function, "config": {tile constexprs, num_warps, num_stages},
                         "grid": [3 formulas]}}}
@@ -152,8 +151,6 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     # chunked prefill
     wy = add("chunk_wy_sliced", chunk.signature_chunk_wy_sliced(HK, HV, DK, DV, BK=chunk.WY_SLICE, num_warps=2),
              ["NT", "HV", "1"])
-    plan["chunk_wy_1warp"] = add("chunk_wy_sliced_w1", chunk.signature_chunk_wy_sliced(  # triton_chunk.wy_config
-        HK, HV, DK, DV, BK=chunk.WY_SLICE, num_warps=1), ["NT", "HV", "1"])
     bv = chunk.pick_bv(DV)
     states = {str(bv): add("chunk_state", chunk.signature_chunk_state(HK, HV, DK, DV, BV=bv), ["DV // BV", "HV", "N"])}
     out = add("chunk_out", chunk.signature_chunk_out(HK, HV, DK, DV, BV=min(64, DV)), ["NT", "HV", "DV // BV"])

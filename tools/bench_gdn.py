@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from atlas.plugins_trt.causal_conv1d.triton_conv import launch_conv_varlen
-from atlas.plugins_trt.gated_delta_net.triton_chunk import chunk_plan, launch_chunk_gdn, wy_config
+from atlas.plugins_trt.gated_delta_net.triton_chunk import chunk_plan, launch_chunk_gdn
 from atlas.plugins_trt.gated_delta_net.triton_decode import launch_gdn_decode
 from atlas.plugins_trt.gated_delta_net.triton_verify import (
     DELTAS_KERNELS, VerifyRollback, deltas_verify_kernel, launch_gdn_commit, launch_gdn_commit_replay,
@@ -123,12 +123,10 @@ PREFILL_FORMS = {"wy_w1": {"wy_warps": 1}, "out_heads": {"out_heads": True},
 """(The other stage-2 forms and 4 stages were slower than the default or within 0.4% of it in every case of the
 2026-12-03 gdn.json, the time-major conv grid slower everywhere; that file has their times as atlas_state_plain /
 state_halves / state_s4 / conv_time_major. They stay launch options.)"""
-PREFILL_DEFAULT = "sliced_wy_auto_accdot_bv64_s3"
-"""launch_chunk_gdn's default (stage 1 sliced, at 1 warp for many chunks and 2 otherwise: triton_chunk.wy_config;
-stage 2 accumulating at BV 64 / 3 stages; the conv's grid channel-major), the name this file records it under
-(earlier runs: "sliced_wy_w2_accdot_bv64_s3" with stage 1 always at 2 warps, "sliced_wy_bk32_w2", "held_wy";
---resummarize re-picks it from the forms a run timed)."""
-PREVIOUS_DEFAULT = "sliced_wy_w2_accdot_bv64_s3"
+PREFILL_DEFAULT = "sliced_wy_w2_accdot_bv64_s3"
+"""launch_chunk_gdn's default (stage 1 sliced at 2 warps, stage 2 accumulating at BV 64 / 3 stages; the conv's grid
+channel-major), the name this file records it under (earlier runs: "sliced_wy_bk32_w2", "held_wy" for the
+defaults of their time; --resummarize re-picks it)."""
 CHUNK_WARPS = inspect.signature(launch_chunk_gdn).parameters["num_warps"].default
 
 
@@ -594,17 +592,6 @@ def resummarize(path: str) -> int:
         if c.get("kind") == "verify" and "error" not in c:
             pick_default(c, MODELS[c["model"]][1], "states")
             finish(c, c["floor_bytes"], result["copy_bandwidth_Bps"])
-        if c.get("kind") == "prefill" and c.get("atlas_way") == PREVIOUS_DEFAULT and "atlas_wy_w1_us" in c:
-            # timed when stage 1 always ran at 2 warps, beside the 1-warp form: the default's time is whichever
-            # wy_config picks for this case's chunks and heads
-            c["atlas_wy_w2_us"], c["atlas_wy_w2_timing"] = c["atlas_us"], c["atlas_timing"]
-            if wy_config(c["T"] // 64, MODELS[c["model"]][1]) == 1:
-                c["atlas_us"], c["atlas_timing"] = c["atlas_wy_w1_us"], c["atlas_wy_w1_timing"]
-            c["atlas_way"] = PREFILL_DEFAULT
-            finish(c, c["floor_bytes"], result["copy_bandwidth_Bps"])
-            for name in PREFILL_FORMS:
-                if f"atlas_{name}_us" in c and "fla_us" in c:
-                    c[f"speedup_{name}_vs_fla"] = c["fla_us"] / c[f"atlas_{name}_us"]
         key = f"atlas_{PREFILL_DEFAULT}"
         if c.get("kind") == "prefill" and f"{key}_us" in c and c.get("atlas_way") != PREFILL_DEFAULT:
             # timed when the default was the held-tile stage 1: keep that time under its form's name
@@ -615,9 +602,8 @@ def resummarize(path: str) -> int:
                 if f"atlas_{name}_us" in c and "fla_us" in c:
                     c[f"speedup_{name}_vs_fla"] = c["fla_us"] / c[f"atlas_{name}_us"]
     result["summary"] = summarize(result["cases"])
-    result["resummarized"] = ("verify defaults (and the prefill default where a run timed it as a form: the sliced "
-                              "stage 1 over the held one, stage 1's warps by triton_chunk.wy_config) re-picked from "
-                              "the recorded times by tools/bench_gdn.py --resummarize")
+    result["resummarized"] = ("verify defaults (and prefill cases timed before the sliced stage 1 became the default) "
+                              "re-picked from the recorded times by tools/bench_gdn.py --resummarize")
     Path(path).write_text(json.dumps(result, indent=1))
     print_table(result["cases"])
     print("summary:", json.dumps(result["summary"]))

@@ -133,19 +133,9 @@ def chunk_plan(cu_seqlens_host: list[int], device, BT: int = CHUNK) -> dict:
 
 
 WY_SLICE = 32
-"""Column slice of the default stage 1 (chunk_wy_sliced_kernel)."""
-WY_ONE_WARP_PROGRAMS = 1024
-"""Stage 1 runs at 1 warp when it has at least this many programs (chunks x value heads), else at num_warps[0] = 2
-(`wy_config`). H200, tools/results/gdn.json of 2026-12-03 (form "wy_w1" beside the 2-warp default, end to end):
-1 warp 3812 against 4000 us at 27B T 32768 (24576 programs), 482 / 504 at T 4096 (3072), 2972 / 3142 and 393 / 405
-at 80B; 2 warps ahead at T 512 (384 / 256 programs: 82 against 96 us, 72 against 92)."""
-
-
-def wy_config(NT: int, HV: int, default: int = 2) -> int:
-    """Stage 1's num_warps for NT chunks of HV value heads (WY_ONE_WARP_PROGRAMS)."""
-    return 1 if NT * HV >= WY_ONE_WARP_PROGRAMS else default
-
-
+"""Column slice of the default stage 1 (chunk_wy_sliced_kernel), at 2 warps: the setting of the end-to-end prefill
+times in tools/results/gdn.json. Per launch 1 warp is faster (1432 us against 1612, 27B, T 32768,
+tools/results/gdn_stages_32768.json); bench_gdn times it end to end as the form "wy_w1"."""
 STATE_STAGES = 3
 """num_stages of stage 2 (the software pipeline of its key / w / u loads). Same file, BV 64: the plain form 1330 us
 at 2 stages, 966 at 3, 888 at 4; the accumulating form (the default) 842 at 3."""
@@ -169,8 +159,9 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     each sequence, [sum_n floor(T_n / snapshot_every), HV, DK, DV], sequence by sequence.
     work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan`; "w", "u",
     "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
-    three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps,
-    default wy_config: 1 warp for many chunks, else num_warps[0] = 2). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
+    three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps
+    or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
+    (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
     Stage 2 (num_stages, BV = pick_bv): state_acc_dot, flash-linear-attention's form (keys loaded transposed, the
     state update accumulated by the dot: 842 us against 966 for the other form at the same tile, 27B T 32768);
     state_halves: stage 2 as triton_chunk_state_halves (fla's layout of the work, DK 128; 880 us). wy_inverse: the
@@ -217,12 +208,11 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     prec = "ieee" if dt == torch.float32 else "tf32"
     W = work
     if wy_slice and not (split_wy or reload_k):
-        wy_warps = wy_warps or wy_config(NT, HV, num_warps[0])
         chunk_wy_sliced_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
                                          dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
                                          HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4,
                                          BK=min(wy_slice, DK, DV), DOT_PREC=prec, INV=wy_inverse,
-                                         num_warps=wy_warps)
+                                         num_warps=wy_warps or num_warps[0])
     else:
         chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
                                   dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],

@@ -642,9 +642,9 @@ def _fla_kwargs(s: Shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("form", [{}, {"wy_inverse": True}, {"wy_slice": 0}, {"split_wy": True},
-                                  {"wy_slice": 64, "wy_warps": 4}],
+                                  {"wy_slice": 64, "wy_warps": 4}, {"wy_warps": 1}],
                          ids=["default-sliced-stage1", "sliced-stage1-inverse", "held-stage1", "split-stage1",
-                              "sliced-stage1-bk64"])
+                              "sliced-stage1-bk64", "sliced-stage1-1warp"])
 @pytest.mark.parametrize("model", list(MODELS))
 def test_gpu_chunked_prefill_real_shapes(model, form):
     HK, HV, D = MODELS[model]
