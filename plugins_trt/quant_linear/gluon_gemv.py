@@ -209,13 +209,14 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
-                          PDL: gl.constexpr = False, FOLD: gl.constexpr = False):
+                          PDL: gl.constexpr = False, FOLD: gl.constexpr = False, TILED: gl.constexpr = False):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
     shared-memory slots (BLOCK_K >= 128). PDL: programmatic dependent launch (triton_gemv's docstring); PIPE 2 loads
     its first weight block before the wait. FOLD: the split-K reduction in the last split of each row tile
-    (triton_gemv._split_store)."""
+    (triton_gemv._split_store). TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
+    by block (`tile_weights`), so that each block a program reads is one contiguous run of memory."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -234,11 +235,24 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     per = (nb + SPLIT_K - 1) // SPLIT_K
     b_lo = pk * per
     b_hi = gl.minimum(b_lo + per, nb)
-    rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
-    w_rows = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
-        + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
-    srows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
-    s_rows = ws_ptr + srows[:, None] * stride_sn + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
+    if TILED:  # [N / BN, nb, BN, KW] words and [N / BN, nb, BN, KW / 2] scales: block kb of row tile pid is contiguous
+        gl.static_assert(PIPE <= 2)
+        r = gl.arange(0, BN, layout=gl.SliceLayout(1, wL))
+        w_rows = w_ptr.to(gl.pointer_type(gl.int32)) + pid * nb * BN * KW + r[:, None] * KW \
+            + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
+        rs = gl.arange(0, BN, layout=gl.SliceLayout(1, sL))
+        s_rows = ws_ptr + pid * nb * BN * (KW // 2) + rs[:, None] * (KW // 2) \
+            + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
+        wstep = BN * KW
+        sstep = BN * (KW // 2)
+    else:
+        rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
+        w_rows = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
+            + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
+        srows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
+        s_rows = ws_ptr + srows[:, None] * stride_sn + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
+        wstep = KW
+        sstep = BK // 16
     xm = gl.arange(0, MP, layout=gl.SliceLayout(1, xL))
     x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
     xmask = (xm < M)[:, None]
@@ -258,24 +272,24 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             + gl.arange(0, BK // 2, layout=gl.SliceLayout(0, xpL))[None, :]
         xpmask = (xpm < M)[:, None]
         kb0 = gl.minimum(b_lo, nb - 1)  # an empty split loads block nb - 1 and never uses it
-        wd = gl.load(w_rows + kb0 * KW)
-        sr = gl.load(s_rows + kb0 * (BK // 16))
+        wd = gl.load(w_rows + kb0 * wstep)
+        sr = gl.load(s_rows + kb0 * sstep)
         if PDL:  # the weights are nobody's output: only x waits for the previous grid
             _gdc_wait()
         xw = gl.load(xp_rows + kb0 * (BK // 2), mask=xpmask, other=0)
         for kb in range(b_lo, b_hi):
             nxt = gl.minimum(kb + 1, b_hi - 1)
-            wd_n = gl.load(w_rows + nxt * KW)
-            sr_n = gl.load(s_rows + nxt * (BK // 16))
+            wd_n = gl.load(w_rows + nxt * wstep)
+            sr_n = gl.load(s_rows + nxt * sstep)
             xw_n = gl.load(xp_rows + nxt * (BK // 2), mask=xpmask, other=0)
             b = _x_operand(_x_unpack(xw, BK, MP, xL), BK, MP, RP, bL)
             acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
             wd, sr, xw = wd_n, sr_n, xw_n
     else:
         for kb in range(b_lo, b_hi):
-            sc = _scales(gl.load(s_rows + kb * (BK // 16)), BN, KW, wL)
+            sc = _scales(gl.load(s_rows + kb * sstep), BN, KW, wL)
             b = _x_operand(gl.load(x_rows + kb * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
-            acc = _block(acc, gl.load(w_rows + kb * KW), sc, b, BN, BK, RP, pL, aL)
+            acc = _block(acc, gl.load(w_rows + kb * wstep), sc, b, BN, BK, RP, pL, aL)
     cn = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
     cm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
     y = acc * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode
@@ -305,3 +319,15 @@ def _epilogue(y, cm, cn, mask, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_
     if HAS_RESIDUAL:
         y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
     gl.store(out_ptr + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def tile_weights(weight, weight_scale, BN: int, BK: int):
+    """nvfp4 storage (u8 [N, K/2], e4m3 [N, K/16]) -> the TILED kernel's order, same shapes and dtypes: for each row
+    tile of BN rows and each block of BK columns, its BN x BK/2 bytes (then BN x BK/16 scales) contiguous."""
+    N, half = weight.shape
+    nb = 2 * half // BK
+    if N % BN or (2 * half) % BK:
+        raise ValueError(f"tiling needs N % {BN} == 0 and K % {BK} == 0, got N = {N}, K = {2 * half}")
+    w = weight.reshape(N // BN, BN, nb, BK // 2).permute(0, 2, 1, 3).contiguous().reshape(N, half)
+    sb = weight_scale.view(weight.dtype).reshape(N // BN, BN, nb, BK // 16).permute(0, 2, 1, 3).contiguous()
+    return w, sb.reshape(N, half // 8).view(weight_scale.dtype)

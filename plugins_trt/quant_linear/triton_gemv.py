@@ -629,6 +629,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
     if "TC" in config:  # fp8_gemv_kernel's path switch
         cx["TC"] = config["TC"]
     cx["PIPE"] = config.get("PIPE", 1)
+    if config.get("TILED"):  # the Gluon GEMV's block-contiguous weight order (gluon_gemv.tile_weights)
+        cx["TILED"] = True
     return cx
 
 

@@ -60,3 +60,29 @@ def test_k_permutation_keeps_the_dot(BK):
     s0, i0, i1, s1, r0, rhi = k & 1, (k >> 1) & 1, (k >> 2) & 1, (k >> 3) & 1, (k >> 4) & 1, k >> 5
     phys = (BK // 4) * (2 * i1 + i0) + 4 * (2 * rhi + r0) + 2 * s1 + s0
     assert np.array_equal(A, W[:, phys]) and np.array_equal(B, X[:, phys].T)
+
+
+def test_tiled_weights_follow_the_kernels_addressing():
+    """TILED: word j of row r in block kb of row tile p sits at p*nb*BN*KW + kb*BN*KW + r*KW + j of the tiled words
+    (and the scales likewise, KW / 2 bytes a row), the addressing nvfp4_gemv_mma_kernel uses."""
+    import torch
+
+    from atlas.plugins_trt.quant_linear.gluon_gemv import tile_weights
+
+    N, K, BN, BK = 256, 1024, 64, 256
+    g = torch.Generator().manual_seed(5)
+    w = torch.randint(0, 256, (N, K // 2), generator=g, dtype=torch.uint8)
+    ws = torch.randint(0, 127, (N, K // 16), generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    wt, st = tile_weights(w, ws, BN, BK)
+    assert wt.shape == w.shape and st.shape == ws.shape and st.dtype == ws.dtype
+    words, twords = w.view(torch.int32), wt.view(torch.int32).reshape(-1)
+    sbytes, tsbytes = ws.view(torch.uint8), st.view(torch.uint8).reshape(-1)
+    KW, nb = BK // 8, K // BK
+    for p in range(N // BN):
+        for kb in range(nb):
+            for r in (0, 5, BN - 1):
+                for j in range(KW):
+                    assert twords[p * nb * BN * KW + kb * BN * KW + r * KW + j] == words[p * BN + r, kb * KW + j]
+                for c in range(KW // 2):
+                    assert tsbytes[p * nb * BN * (KW // 2) + kb * BN * (KW // 2) + r * (KW // 2) + c] \
+                        == sbytes[p * BN + r, kb * (KW // 2) + c]
