@@ -70,7 +70,7 @@ fi
 if [ "$what" = splits ]; then  # the Gluon GEMV's M 1 tiles at SPLIT_K 2..20 with PDL (about a minute)
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv --splits 2>&1 | tee "$out/nvfp4_gluon_splits.log" | grep -a " M=\|Error"
 fi
-if [ "$what" = tiled ]; then  # the Gluon GEMV on row-major against block-contiguous weights (about a minute)
+if [ "$what" = tiled ]; then  # the Gluon GEMV: block-contiguous weights (TILED), x through shared memory (XSMEM); ~2 min
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv --tiled 2>&1 | tee "$out/nvfp4_gluon_tiled.log" | grep -a " M=\|Error"
 fi
 if [ "$what" = gluon ]; then  # the Gluon mma.sync NVFP4 GEMV (tools/dev/nvfp4_gluon_gemv.py): correctness + timing

@@ -205,18 +205,53 @@ def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, 
 
 
 @gluon.jit
+def _x_shared(acc, w_rows, s_rows, wstep, sstep, x_ptr, b_lo, b_hi, nb, M, stride_xm, BN: gl.constexpr,
+              BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr, NW: gl.constexpr,
+              S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr, xL: gl.constexpr,
+              aL: gl.constexpr, bL: gl.constexpr):
+    """The K loop with the weights loaded straight into registers (as the plain form) and x through S shared-memory
+    slots (cp.async, S - 1 blocks ahead), so that x crosses L2 once a program instead of once a warp: x_layout
+    replicates the x tile in every warp, which at M 8 costs two bytes of x from L2 for each byte of weights (8B
+    qkv, BLOCK_K 256, 4 warps: 16 KB of x against 8 KB of words a block)."""
+    shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [S, MP, BK], shl)
+    xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])  # 16-byte copies
+    xr = gl.arange(0, MP, layout=gl.SliceLayout(1, xcL))
+    xp = x_ptr + xr[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+    xmask = (xr < M)[:, None]
+    for i in gl.static_range(S - 1):  # prologue: x of blocks b_lo .. b_lo + S - 2 (clamped)
+        async_copy.async_copy_global_to_shared(x_s.index(i), xp + gl.minimum(b_lo + i, nb - 1) * BK, mask=xmask)
+        async_copy.commit_group()
+    for kb in range(b_lo, b_hi):
+        it = kb - b_lo
+        wd = gl.load(w_rows + kb * wstep)  # the long loads first
+        sr = gl.load(s_rows + kb * sstep)
+        async_copy.wait_group(S - 2)  # block kb's x (this thread's copies) has landed
+        gl.thread_barrier()            # everyone's copies are in, everyone is past block kb - 1's reads
+        async_copy.async_copy_global_to_shared(x_s.index((it + S - 1) % S),
+                                               xp + gl.minimum(kb + S - 1, nb - 1) * BK, mask=xmask)
+        async_copy.commit_group()
+        b = _x_operand(x_s.index(it % S).load(xL), BK, MP, RP, bL)
+        acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
+    async_copy.wait_group(0)
+    return acc
+
+
+@gluon.jit
 def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, lock_ptr,
                           M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
-                          PDL: gl.constexpr = False, FOLD: gl.constexpr = False, TILED: gl.constexpr = False):
+                          PDL: gl.constexpr = False, FOLD: gl.constexpr = False, TILED: gl.constexpr = False,
+                          XSMEM: gl.constexpr = 0):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
     shared-memory slots (BLOCK_K >= 128). PDL: programmatic dependent launch (triton_gemv's docstring); PIPE 2 loads
     its first weight block before the wait. FOLD: the split-K reduction in the last split of each row tile
     (triton_gemv._split_store). TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
-    by block (`tile_weights`), so that each block a program reads is one contiguous run of memory."""
+    by block (`tile_weights`), so that each block a program reads is one contiguous run of memory. XSMEM (with
+    PIPE 1): x through that many shared-memory slots, read once a program (`_x_shared`)."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -261,7 +296,11 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
         _gdc_launch_dependents()
         if PIPE != 2:
             _gdc_wait()
-    if PIPE > 2:  # cp.async through shared memory, PIPE stages deep (one CTA barrier a block)
+    if XSMEM > 0:
+        gl.static_assert(PIPE == 1)
+        acc = _x_shared(acc, w_rows, s_rows, wstep, sstep, x_ptr, b_lo, b_hi, nb, M, stride_xm, BN, BK, MP, RP, KW,
+                        NW, XSMEM, wL, sL, pL, xL, aL, bL)
+    elif PIPE > 2:  # cp.async through shared memory, PIPE stages deep (one CTA barrier a block)
         acc = _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
                          BN, BK, MP, RP, KW, NW, PIPE, wL, sL, pL, xL, aL, bL)
     elif PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math; what crosses

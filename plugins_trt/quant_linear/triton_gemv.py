@@ -631,6 +631,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
     cx["PIPE"] = config.get("PIPE", 1)
     if config.get("TILED"):  # the Gluon GEMV's block-contiguous weight order (gluon_gemv.tile_weights)
         cx["TILED"] = True
+    if config.get("XSMEM"):  # the Gluon GEMV's x through shared memory (gluon_gemv._x_shared)
+        cx["XSMEM"] = config["XSMEM"]
     return cx
 
 
@@ -645,10 +647,13 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
     pdl: compiled for programmatic dependent launch (the runtime launches it with the attribute)."""
     out = "*bf16" if config["SPLIT_K"] == 1 or config.get("FOLD") else "*fp32"
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": out, "part_ptr": "*fp32", "lock_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
-             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
+             "res_ptr": "*bf16", "out_ptr": out, "part_ptr": "*fp32", "lock_ptr": "*i32", "M": "i32", "N": "i32",
+             "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32",
+             "stride_om": "i32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     cx = {**_gemv_constexprs(config, has_bias, has_residual, pdl), "FOLD": bool(config.get("FOLD"))}
+    if config.get("GLUON"):  # the Gluon kernel's experiment switches (AOT wants every constexpr spelt out)
+        cx = {"TILED": False, "XSMEM": 0, **cx}
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
 
 

@@ -7,7 +7,8 @@ the shipped Triton GEMV, or print its sm_90 loop instruction mix (no GPU needed)
     python -m atlas.tools.dev.nvfp4_gluon_gemv --splits # GPU box: SPLIT_K 2..20 at M 1, PDL launches
                                                         #   ($OUT/nvfp4_gluon_splits.json)
     python -m atlas.tools.dev.nvfp4_gluon_gemv --tiled  # GPU box: row-major against block-contiguous weights
-                                                        #   (TILED), M 1 / 4, PDL ($OUT/nvfp4_gluon_tiled.json)
+                                                        #   (TILED) and x through shared memory (XSMEM), M 1 / 4 /
+                                                        #   8 / 16, PDL ($OUT/nvfp4_gluon_tiled.json)
 """
 from __future__ import annotations
 
@@ -155,7 +156,8 @@ def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None, pdl=False):
 def gluon_config(cfg: dict, bucket: int) -> dict:
     return {"BLOCK_M": bucket, "BLOCK_N": cfg["BN"], "BLOCK_K": cfg["BK"], "SPLIT_K": cfg["SPLIT_K"],
             "num_warps": cfg["NW"], "num_stages": 1, "GLUON": True, "PIPE": cfg.get("PIPE", 1),
-            **({"FOLD": True} if cfg.get("FOLD") else {}), **({"TILED": True} if cfg.get("TILED") else {})}
+            **({"FOLD": True} if cfg.get("FOLD") else {}), **({"TILED": True} if cfg.get("TILED") else {}),
+            **({"XSMEM": cfg["XSMEM"]} if cfg.get("XSMEM") else {})}
 
 
 def sass_report() -> None:
@@ -192,8 +194,9 @@ def sass_report() -> None:
 
 def main(splits: bool = False, tiled: bool = False) -> None:
     """Every CONFIGS entry at M 1 / 4 / 16 beside the shipped choice; splits: the M 1 winners' tile (plain and PIPE 2,
-    with and without FOLD) at SPLIT_K 2 to 17, launched with PDL as engines launch them (how the waves fall: 27B gate_up has 544 row tiles
-    of 64, 27B down 80 with 68 blocks of 256 along K, so SPLIT_K 16 leaves two splits empty there)."""
+    with and without FOLD) at SPLIT_K 2 to 17, launched with PDL as engines launch them (how the waves fall: 27B
+    gate_up has 544 row tiles of 64, 27B down 80 with 68 blocks of 256 along K, so SPLIT_K 16 leaves two splits
+    empty there); tiled: block-contiguous weights and x through shared memory beside the plain form, M 1 to 16."""
     import torch
 
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
@@ -210,7 +213,7 @@ def main(splits: bool = False, tiled: bool = False) -> None:
     res = {"copy_bandwidth": bw, "rows": []}
     for name, (n, k) in shapes.items():
         g, qs, wref, nbytes = nvfp4_weight(n, k)
-        for m in (1,) if splits else (1, 4) if tiled else (1, 4, 16):  # M 2, 8: tools/bench_gemm.py has them
+        for m in (1,) if splits else (1, 4, 8, 16) if tiled else (1, 4, 16):  # tools/bench_gemm.py: every M
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
             row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
@@ -221,17 +224,21 @@ def main(splits: bool = False, tiled: bool = False) -> None:
                     repeats=20) * 1e6
             configs = [dict(BK=256, BN=64, NW=4, SPLIT_K=sk, PIPE=p, FOLD=f) for p in (1, 2) for f in (False, True)
                        for sk in (2, 3, 4, 5, 6, 8, 12, 16, 17)] if splits else [
-                dict(BK=256, BN=bn, NW=4, SPLIT_K=sk, PIPE=p, TILED=t) for bn, p in ((64, 1), (64, 2), (128, 1))
-                for sk in (4, 16) for t in (False, True)] if tiled else CONFIGS
+                dict(BK=bk, BN=bn, NW=4, SPLIT_K=sk, PIPE=p, TILED=t, XSMEM=xs)
+                for bk, bn, p, t, xs in ((256, 64, 1, False, 0), (256, 64, 1, True, 0), (256, 64, 1, False, 3),
+                                         (256, 64, 2, False, 0), (256, 64, 2, True, 0), (256, 128, 1, False, 0),
+                                         (256, 128, 1, True, 0), (256, 128, 1, False, 3), (128, 128, 1, False, 0),
+                                         (128, 128, 1, True, 0), (128, 128, 1, False, 3))
+                for sk in (4, 16)] if tiled else CONFIGS
             row["variants"], best = check_and_time(configs, lambda cfg, qt: launch(
                 x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=splits or tiled), ref, qs)
             row["best"] = best
             errs = error_summary(row["variants"])
+            keys = ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE', 'FOLD', 'TILED', 'XSMEM')
+            frac = row['bytes'] / (best['us'] * 1e-6) / bw if best else 0
             print(f"{name:22s} M={m:2d} shipped {row.get('shipped_us', 0):7.1f} us  gluon best "
-                  f"{best['us'] if best else 0:7.1f} us (bw {row['bytes'] / (best['us'] * 1e-6) / bw if best else 0:.2f})"
-                  f" {({k: best[k] for k in ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE', 'FOLD', 'TILED') if k in best} if best else '')}"
-                  f" rel errors {errs[:4]}",
-                  flush=True)
+                  f"{best['us'] if best else 0:7.1f} us (bw {frac:.2f})"
+                  f" {({k: best[k] for k in keys if k in best} if best else '')} rel errors {errs[:4]}", flush=True)
             res["rows"].append(row)
             name = "splits" if splits else "tiled" if tiled else "gemv"
             json.dump(res, open(f"{out_dir}/nvfp4_gluon_{name}.json", "w"), indent=1)
