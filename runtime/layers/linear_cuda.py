@@ -72,7 +72,7 @@ class CudaLinear:
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n)
         if self.fmt == "nvfp4":
             common.update(w_ptr=self.weight, ws_ptr=self.weight_scale, ws2_ptr=self.weight_scale_2,
-                          stride_sn=self.weight_scale.stride(0), part_ptr=None, lock_ptr=None)  # no FOLD configs
+                          stride_sn=self.weight_scale.stride(0), part_ptr=None, lock_ptr=None)  # FOLD sets its own
         else:
             common.update(w_ptr=self.weight, ws_ptr=self.weight_scale)
         if m <= GEMV_BUCKETS[-1]:
