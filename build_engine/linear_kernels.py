@@ -92,9 +92,7 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
     best, best_t = None, float("inf")
     for cfg in candidates:
         if bucket in GEMV_BUCKETS:
-            locks = torch.zeros(-(-n // cfg["BLOCK_N"]), dtype=torch.int32, device="cuda") if cfg.get("FOLD") else None
-            fn = (lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True,
-                                                 locks=locks)) \
+            fn = (lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True)) \
                 if fmt == "nvfp4" else (lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True))
         else:
             fn = (lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)) \
@@ -153,7 +151,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
                 sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
                 item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
-                if cfg["SPLIT_K"] > 1 and not cfg.get("FOLD"):  # FOLD: the GEMV's last split reduces
+                if cfg["SPLIT_K"] > 1:
                     rcfg = gemv.CONFIGS_splitk_reduce[0]
                     rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
                     item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",

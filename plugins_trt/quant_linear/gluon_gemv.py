@@ -238,18 +238,17 @@ def _x_shared(acc, w_rows, s_rows, wstep, sstep, x_ptr, b_lo, b_hi, nb, M, strid
 
 
 @gluon.jit
-def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, lock_ptr,
+def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                           M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
-                          PDL: gl.constexpr = False, FOLD: gl.constexpr = False, TILED: gl.constexpr = False,
+                          PDL: gl.constexpr = False, TILED: gl.constexpr = False,
                           XSMEM: gl.constexpr = 0):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
     shared-memory slots (BLOCK_K >= 128). PDL: programmatic dependent launch (triton_gemv's docstring); PIPE 2 loads
-    its first weight block before the wait. FOLD: the split-K reduction in the last split of each row tile
-    (triton_gemv._split_store). TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
+    its first weight block before the wait. TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
     by block (`tile_weights`), so that each block a program reads is one contiguous run of memory. XSMEM (with
     PIPE 1): x through that many shared-memory slots, read once a program (`_x_shared`)."""
     NW: gl.constexpr = gl.num_warps()
@@ -333,31 +332,12 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     cm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
     y = acc * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode
     mask = (cm < M)[None, :] & (cn < N)[:, None]
-    if FOLD:  # this split's partial, then the last split to arrive at the row tile sums them in split order
-        tile = cm[None, :] * N + cn[:, None]
-        gl.store(part_ptr + pk * M * N + tile, y, mask=mask)
-        gl.thread_barrier()  # every thread's partial is written before the (one-thread) release
-        arrived = gl.atomic_add(lock_ptr + pid, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            y = gl.zeros([BN, MP], gl.float32, layout=mma)
-            for s in gl.static_range(SPLIT_K):
-                y += gl.load(part_ptr + s * M * N + tile, mask=mask, other=0.0, cache_modifier=".cg")
-            gl.atomic_xchg(lock_ptr + pid, 0, sem="relaxed", scope="gpu")
-            _epilogue(y, cm, cn, mask, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
-    else:
-        _epilogue(y, cm, cn, mask, N, bias_ptr, res_ptr, out_ptr + pk * M * stride_om, stride_rm, stride_om,
-                  HAS_BIAS, HAS_RESIDUAL)
-
-
-@gluon.jit
-def _epilogue(y, cm, cn, mask, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS: gl.constexpr,
-              HAS_RESIDUAL: gl.constexpr):
-    """y fp32 [BN, MP] (+ bias) (+ residual) -> out[m, n], cast to out's element type; mask: (n < N) & (m < M)."""
     if HAS_BIAS:
         y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
     if HAS_RESIDUAL:
         y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
-    gl.store(out_ptr + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty), mask=mask)
+    gl.store(out_ptr + pk * M * stride_om + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
 
 
 def tile_weights(weight, weight_scale, BN: int, BK: int):

@@ -202,32 +202,6 @@ def _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_
 
 
 @triton.jit
-def _split_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, part_ptr, lock_ptr, stride_rm, stride_om,
-                 SPLIT_K: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    """A GEMV program's result y fp32 [BM, BN]. Without FOLD: into out_ptr (bf16 output with SPLIT_K 1, else split
-    pid_k's fp32 partials). FOLD: the partial into part_ptr [SPLIT_K, M, N]; the split that arrives last at its row
-    tile (one atomic counter a tile, lock_ptr, acquire-release) sums all of them in split order, applies the
-    epilogue into out_ptr (bf16) and resets the counter, so no reduction launch is needed."""
-    pid_k = tl.program_id(1)
-    if FOLD:
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tile = offs_m[:, None] * N + offs_n[None, :]
-        tl.store(part_ptr + pid_k * M * N + tile, y, mask=mask)
-        tl.debug_barrier()  # every thread's partial is written before the (one-thread) release below
-        arrived = tl.atomic_add(lock_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            total = tl.zeros(y.shape, dtype=tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                total += tl.load(part_ptr + s * M * N + tile, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue_store(total, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
-                            HAS_BIAS, HAS_RESIDUAL)
-            tl.atomic_xchg(lock_ptr + tl.program_id(0), 0, sem="relaxed", scope="gpu")
-    else:
-        _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr + pid_k * M * stride_om, stride_rm,
-                        stride_om, HAS_BIAS, HAS_RESIDUAL)
-
-
-@triton.jit
 def _split_blocks(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     """This program's K blocks: full blocks [b_lo, b_full) and whether it also owns the partial tail block."""
     pid_k = tl.program_id(1)
@@ -299,11 +273,11 @@ def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.const
 
 
 @triton.jit(do_not_specialize=["M"])
-def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, lock_ptr,
+def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                       M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                       HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PIPE: tl.constexpr = 1,
-                      PDL: tl.constexpr = False, FOLD: tl.constexpr = False):
+                      PDL: tl.constexpr = False):
     """NVFP4 W4A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1); block 32 * num_warps threads.
 
     x_ptr    *bf16     [M, K], row stride stride_xm (elements)
@@ -312,17 +286,15 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     ws2_ptr  *fp32     [N] per-row global scale
     bias_ptr *bf16     [N] (read only when HAS_BIAS)
     res_ptr  *bf16     [M, N], row stride stride_rm (read only when HAS_RESIDUAL)
-    out_ptr  *bf16     [M, N], row stride stride_om, when SPLIT_K == 1 or FOLD;
-             *fp32     [SPLIT_K, M, N] partials (split stride M * stride_om) when SPLIT_K > 1 without FOLD
-    part_ptr *fp32     [SPLIT_K, M, N] contiguous partials, lock_ptr *i32 [cdiv(N, BLOCK_N)] zeros (left zero):
-                       FOLD only (the last split of a row tile reduces; _split_store), else never touched
+    out_ptr  *bf16     [M, N], row stride stride_om, when SPLIT_K == 1;
+             *fp32     [SPLIT_K, M, N] partials (split stride M * stride_om) when SPLIT_K > 1
     M, N, K  i32       1 <= M <= BLOCK_M, K % 16 == 0
     BLOCK_M  1 (CUDA-core path) or 2, 4, 8, 16 (tensor-core path); BLOCK_N, BLOCK_K powers of 2, BLOCK_K >= 32.
-    HAS_BIAS / HAS_RESIDUAL only with SPLIT_K == 1 or FOLD (otherwise splitk_reduce_kernel applies them).
+    HAS_BIAS / HAS_RESIDUAL only with SPLIT_K == 1 (otherwise splitk_reduce_kernel applies them).
     PDL      programmatic dependent launch (module docstring)
     """
     tl.static_assert(BLOCK_K % 32 == 0)
-    tl.static_assert(SPLIT_K == 1 or FOLD or not (HAS_BIAS or HAS_RESIDUAL))
+    tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     _pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
@@ -331,6 +303,7 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + tl.arange(0, BLOCK_K // 8)[None, :]
     s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn
               + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
+    out_ptr += pid_k * M * stride_om
     if BLOCK_M == 1:
         x32 = x_ptr.to(tl.pointer_type(tl.int32))
         acc = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
@@ -339,8 +312,8 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
         if has_tail:
             acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b_full, K, BLOCK_K, True)
         y = tl.sum(acc, axis=1) * (tl.load(ws2_ptr + rows) * _NVFP4_FMA_DOWN)
-        _split_store(y[None, :], tl.arange(0, 1), offs_n, M, N, bias_ptr, res_ptr, out_ptr, part_ptr, lock_ptr,
-                     stride_rm, stride_om, SPLIT_K, FOLD, HAS_BIAS, HAS_RESIDUAL)
+        _epilogue_store(y[None, :], tl.arange(0, 1), offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                        HAS_BIAS, HAS_RESIDUAL)
     else:
         TILE_M: tl.constexpr = 16 if BLOCK_M < 16 else BLOCK_M
         offs_m = tl.arange(0, TILE_M)
@@ -352,8 +325,8 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
         if has_tail:
             acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b_full, K, BLOCK_K, True)
         y = acc * (tl.load(ws2_ptr + rows) * _NVFP4_DOT_DOWN)[None, :]
-        _split_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, part_ptr, lock_ptr, stride_rm, stride_om,
-                     SPLIT_K, FOLD, HAS_BIAS, HAS_RESIDUAL)
+        _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                        HAS_BIAS, HAS_RESIDUAL)
 
 
 # ---- fp8 ------------------------------------------------------------------------------------------------------
@@ -645,13 +618,12 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
 
     out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel).
     pdl: compiled for programmatic dependent launch (the runtime launches it with the attribute)."""
-    out = "*bf16" if config["SPLIT_K"] == 1 or config.get("FOLD") else "*fp32"
+    out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": out, "part_ptr": "*fp32", "lock_ptr": "*i32", "M": "i32", "N": "i32",
-             "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32",
-             "stride_om": "i32"}
+             "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
-    cx = {**_gemv_constexprs(config, has_bias, has_residual, pdl), "FOLD": bool(config.get("FOLD"))}
+    cx = _gemv_constexprs(config, has_bias, has_residual, pdl)
     if config.get("GLUON"):  # the Gluon kernel's experiment switches (AOT wants every constexpr spelt out)
         cx = {"TILED": False, "XSMEM": 0, **cx}
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
@@ -726,14 +698,9 @@ def _check_gemv_inputs(x: torch.Tensor, N: int, K: int, config: dict, bias, resi
     return M
 
 
-def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False, locks=None,
-              fold_params=False):
-    """Launch a GEMV (and the split-K reduction when SPLIT_K > 1 without FOLD); returns bf16 [M, N]. pdl: launched
-    with programmatic dependent launch. fold_params: the kernel takes part_ptr / lock_ptr and FOLD (nvfp4); locks:
-    with FOLD, int32 [cdiv(N, BLOCK_N)] zeros (allocated when None: pass a kept buffer when timing or capturing)."""
-    fold = bool(config.get("FOLD")) and config["SPLIT_K"] > 1
-    if fold and not fold_params:
-        raise ValueError(f"config {config}: FOLD (the split-K reduction inside the GEMV) is an nvfp4 GEMV option")
+def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False):
+    """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]. pdl: both launched
+    with programmatic dependent launch."""
     M = x.shape[0]
     split = config["SPLIT_K"]
     if out is None:
@@ -745,22 +712,15 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     if split > 1 and (workspace.dtype != torch.float32 or tuple(workspace.shape) != (split, M, N)
                       or not workspace.is_contiguous()):
         raise ValueError(f"split-K workspace must be contiguous f32 [{split}, {M}, {N}].")
-    epilogue = split == 1 or fold
-    cx = _gemv_constexprs(config, bias is not None and epilogue, residual is not None and epilogue, pdl)
+    cx = _gemv_constexprs(config, bias is not None and split == 1, residual is not None and split == 1, pdl)
     if pdl:
         cx["launch_pdl"] = True
-    target = out if epilogue else workspace
+    target = out if split == 1 else workspace
     res = residual if residual is not None else out  # a valid pointer, never read when the flag is off
-    extra = ()
-    if fold_params:  # the nvfp4 kernel: part_ptr, lock_ptr, FOLD
-        if fold and locks is None:
-            locks = torch.zeros(triton.cdiv(N, config["BLOCK_N"]), dtype=torch.int32, device=x.device)
-        extra = (workspace if fold else out, locks if fold else out)
-        cx["FOLD"] = fold
     kernel[grid_gemv(config, N)](
-        x, *tensors, bias if bias is not None else out, res, target, *extra, M, N, K, x.stride(0), *strides,
+        x, *tensors, bias if bias is not None else out, res, target, M, N, K, x.stride(0), *strides,
         res.stride(0), target.stride(-2), **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
-    if split > 1 and not fold:
+    if split > 1:
         launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual, pdl=pdl)
     return out
 
@@ -768,13 +728,11 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
 def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                      workspace: torch.Tensor | None = None, pdl: bool = False,
-                      locks: torch.Tensor | None = None) -> torch.Tensor:
+                      workspace: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K] (M <= BLOCK_M); W in nvfp4 storage.
 
     out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1;
-    pdl: programmatic dependent launch (sm_90; the module docstring); locks: int32 [cdiv(N, BLOCK_N)] zeros for a
-    "FOLD" config (the split-K reduction inside the GEMV; allocated when None), left zero."""
+    pdl: programmatic dependent launch (sm_90; the module docstring)."""
     N, K = weight.shape[0], weight.shape[1] * 2
     _check_gemv_inputs(x, N, K, config, bias, residual)
     if weight.stride(1) != 1 or weight_scale.stride(1) != 1:
@@ -787,8 +745,7 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     if config.get("GLUON") and K % config["BLOCK_K"]:
         raise ValueError(f"the Gluon GEMV needs K % BLOCK_K == 0, got K = {K}, BLOCK_K = {config['BLOCK_K']}")
     return _run_gemv(_nvfp4_gemv_fn(config), x, (weight, weight_scale, weight_scale_2),
-                     (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace, pdl,
-                     locks, fold_params=True)
+                     (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace, pdl)
 
 
 def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, config: dict,

@@ -36,7 +36,6 @@ class CudaLinear:
         self.kernels = kernels
         self.plan = plan
         self.n = self.weight.shape[0]
-        self._lock_buffers: dict[str, torch.Tensor] = {}
         self.k = self.weight.shape[1] * (2 if fmt == "nvfp4" else 1)
         if fmt in ("nvfp4", "fp8") and (kernels is None or not plan):
             raise EngineError(f"no compiled kernels for a {fmt} linear {self.n}x{self.k}; rebuild the engine "
@@ -72,16 +71,12 @@ class CudaLinear:
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n)
         if self.fmt == "nvfp4":
             common.update(w_ptr=self.weight, ws_ptr=self.weight_scale, ws2_ptr=self.weight_scale_2,
-                          stride_sn=self.weight_scale.stride(0), part_ptr=None, lock_ptr=None)  # FOLD sets its own
+                          stride_sn=self.weight_scale.stride(0))
         else:
             common.update(w_ptr=self.weight, ws_ptr=self.weight_scale)
         if m <= GEMV_BUCKETS[-1]:
             split = entry["config"]["SPLIT_K"]
-            if split > 1 and entry["config"].get("FOLD"):  # the reduction inside the GEMV (its last split)
-                part = torch.empty(split, m, self.n, device=x.device, dtype=torch.float32)
-                self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **{**common, "part_ptr": part,
-                                                                      "lock_ptr": self._locks(entry)})
-            elif split > 1:
+            if split > 1:
                 part = torch.empty(split, m, self.n, device=x.device, dtype=torch.float32)
                 self._launch(entry["kernel"], x_ptr=x, out_ptr=part, **common)
                 self._launch(entry["reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None, out_ptr=out, M=m,
@@ -112,14 +107,6 @@ class CudaLinear:
         if self.bias is not None and not self._adds_bias(entry):
             out += self.bias  # the build compiles the kernels without a bias epilogue
         return out
-
-    def _locks(self, entry: dict) -> torch.Tensor:
-        """The FOLD kernel's counters, int32 zeros, one per row tile; the kernel leaves them zero, so one buffer per
-        bucket serves every call (allocated on the first, eager call: never inside a graph capture)."""
-        if entry["kernel"] not in self._lock_buffers:
-            tiles = -(-self.n // entry["config"]["BLOCK_N"])
-            self._lock_buffers[entry["kernel"]] = torch.zeros(tiles, dtype=torch.int32, device=self.weight.device)
-        return self._lock_buffers[entry["kernel"]]
 
     def _adds_bias(self, entry: dict) -> bool:
         """Whether the launches of this M bucket's plan add the bias themselves (cuBLAS ways, or a kernel compiled

@@ -199,42 +199,17 @@ def _cfg(bm, bn=32, bk=32, split=1, warps=4, stages=1):
 # tail block of 16, N = 104 a partial row block; SPLIT_K 4 over three K blocks leaves one split empty.
 GEMV_CASES = [(1, _cfg(1)), (1, _cfg(1, split=4)), (1, {**_cfg(1, split=2), "PIPE": 3}), (3, _cfg(4)),
               (3, _cfg(4, split=2)), (16, _cfg(16, bk=64, split=2))]
-# nvfp4 with the split-K reduction in the GEMV ("FOLD": the last split of each row tile sums them)
-FOLD_CASES = [(1, {**_cfg(1, split=4), "FOLD": True}), (3, {**_cfg(4, split=2), "FOLD": True})]
 # fp8's split-position tensor-core path (BLOCK_K % 64 == 0), M = 1 included; K = 80 + 64 leaves a partial tail block
 FP8_TC_CASES = [(1, {**_cfg(1, bk=64), "TC": True}), (3, _cfg(4, bk=64, split=2)), (16, _cfg(16, bk=128))]
 
 
 @cpu_only
-@pytest.mark.parametrize("fmt,M,config", [("nvfp4", m, c) for m, c in GEMV_CASES + FOLD_CASES]
+@pytest.mark.parametrize("fmt,M,config", [("nvfp4", m, c) for m, c in GEMV_CASES]
                          + [("fp8", m, c) for m, c in GEMV_CASES if c["BLOCK_M"] == 1],  # fp8 M > 1: below
                          ids=lambda v: f"M{v}" if isinstance(v, int) else v if isinstance(v, str) else
-                         f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}-P{v.get('PIPE', 1)}"
-                         f"{'-fold' if v.get('FOLD') else ''}")
+                         f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}-P{v.get('PIPE', 1)}")
 def test_gemv_interpreter(fmt, M, config):
     check_gemv(fmt, M, 104, 80, config, seed=len(fmt) * 1000 + M * 100 + config["BLOCK_M"] * 10 + config["SPLIT_K"])
-
-
-@cpu_only
-@pytest.mark.parametrize("M,config", FOLD_CASES, ids=["BM1", "BM4"])
-def test_gemv_fold_equals_the_reduce_launch_and_leaves_the_counters_zero(M, config):
-    """FOLD sums the same partials in the same order as splitk_reduce_kernel: bit-identical output, and the counters
-    are back at zero after each call (so one buffer serves every call, graph replays included)."""
-    g = torch.Generator().manual_seed(31 + M)
-    qt = to_device(random_weight("nvfp4", 104, 80, g))
-    x = torch.randn(M, 80, generator=g).bfloat16().to(DEVICE)
-    bias, residual = torch.randn(104, generator=g).bfloat16(), torch.randn(M, 104, generator=g).bfloat16()
-    plain = GV.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, {**config, "FOLD": False}, bias,
-                                 residual)
-    locks = torch.zeros(-(-104 // config["BLOCK_N"]), dtype=torch.int32)
-    for _ in range(2):
-        got = GV.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, config, bias, residual,
-                                   locks=locks)
-        assert torch.equal(got, plain)
-        assert not locks.any()
-    with pytest.raises(ValueError, match="nvfp4 GEMV option"):
-        q8 = quantize(torch.randn(104, 80, generator=g), "fp8")
-        GV.launch_fp8_gemv(x[:1], q8.weight, q8.weight_scale, FOLD_CASES[0][1])
 
 
 def test_fp8_gemv_rejects_a_config_its_paths_cannot_run():
@@ -608,32 +583,3 @@ def test_gemv_pdl_chain_gpu(fmt, M):
             torch.cuda.synchronize()
             assert torch.equal(got, want), f"{fmt} M={M} {cfg}: the PDL chain differs from the plain one"
         print(f"{fmt} M={M} {cfg}: PDL chain of {len(layers)} equals the plain chain over 20 graph replays")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [ODD, ALIGNED], ids=["odd", "aligned"])
-@pytest.mark.parametrize("M", [1, 4, 16])
-def test_gemv_fold_gpu(M, shape):
-    """The split-K reduction inside the nvfp4 GEMV (FOLD), Triton and Gluon, equals the two-launch form bit for bit,
-    with bias and residual, over repeated calls on one counter buffer (which stays zero)."""
-    qt = cached_weight("nvfp4", *shape)
-    N, K = shape
-    g = torch.Generator().manual_seed(M + N)
-    x = torch.randn(M, K, generator=g).bfloat16().to(DEVICE)
-    bias, residual = torch.randn(N, generator=g).bfloat16().to(DEVICE), torch.randn(M, N, generator=g).bfloat16().to(
-        DEVICE)
-    picks = {}
-    for c in GV.CONFIGS_nvfp4_gemv:
-        if c["BLOCK_M"] == GV.gemv_bucket(M) and c["SPLIT_K"] > 1 and not (c.get("GLUON") and K % c["BLOCK_K"]):
-            picks.setdefault((bool(c.get("GLUON")), c.get("PIPE", 1)), c)
-    assert picks
-    for cfg in picks.values():
-        plain = GV.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, bias, residual)
-        locks = torch.zeros(-(-N // cfg["BLOCK_N"]), dtype=torch.int32, device=DEVICE)
-        for pdl in (False, True, True):
-            got = GV.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, {**cfg, "FOLD": True}, bias,
-                                       residual, locks=locks, pdl=pdl)
-            torch.cuda.synchronize()
-            assert torch.equal(got, plain), f"FOLD differs from the reduce launch: {cfg}"
-            assert not locks.any(), f"FOLD left counters set: {cfg}"
-        print(f"FOLD M={M} {shape} {cfg}: equals the two-launch form")

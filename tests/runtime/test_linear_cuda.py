@@ -61,41 +61,6 @@ def wgmma_engine(tmp_path_factory):
         mp.undo()
 
 
-@pytest.fixture(scope="module")
-def fold_engine(tmp_path_factory):
-    """An nvfp4 engine whose GEMV buckets take FOLD configs (split-K reduced inside the GEMV), Triton and Gluon."""
-    from atlas.plugins_trt.quant_linear import triton_gemv as GV
-
-    folds = [{**c, "FOLD": True} for c in GV.CONFIGS_nvfp4_gemv if c["SPLIT_K"] == 4]
-    mp = pytest.MonkeyPatch()
-    mp.setattr(GV, "CONFIGS_nvfp4_gemv", folds)
-    try:
-        return build(BuildConfig("synthetic:tiny-qwen3.5-vl", tmp_path_factory.mktemp("fold") / "e", dtype="nvfp4",
-                                 device="cuda", autotune=False, progress=False))
-    finally:
-        mp.undo()
-
-
-def test_fold_way_in_the_plan(fold_engine):
-    """A FOLD GEMV writes the bf16 output itself: no reduction kernel in its plan, FOLD compiled in."""
-    table = fold_engine.manifest["kernels"]["kernels"]
-    seen = 0
-    for entry in fold_engine.manifest["linear_kernels"].values():
-        for bucket in ("1", "2", "4", "8", "16"):
-            item = entry[bucket]
-            assert item["config"].get("FOLD") and item["reduce"] is None, item
-            kernel = table[item["kernel"]]
-            assert kernel["constexprs"]["FOLD"] and dict(kernel["params"])["out_ptr"] == "*bf16"
-            seen += 1
-    assert seen
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 3, 16])
-def test_fold_engine_matches_the_reference(fold_engine, m):
-    check_engine_linears(fold_engine, m)
-
-
 def test_wgmma_way_in_the_plan(wgmma_engine):
     """WGMMA entries name a compiled Gluon kernel; weights whose K it cannot serve keep the tile."""
     table = wgmma_engine.manifest["kernels"]["kernels"]

@@ -4,7 +4,7 @@ the shipped Triton GEMV, or print its sm_90 loop instruction mix (no GPU needed)
     python -m atlas.tools.dev.nvfp4_gluon_gemv          # GPU box: $OUT/nvfp4_gluon_gemv.json
     python -m atlas.tools.dev.nvfp4_gluon_gemv --sass   # CPU: loop instructions a weight element per config
     python -m atlas.tools.dev.nvfp4_gluon_gemv --probe  # GPU box: where a wrong result comes from ($OUT/gluon_probe.*)
-    python -m atlas.tools.dev.nvfp4_gluon_gemv --splits # GPU box: SPLIT_K 2..20 at M 1, PDL launches
+    python -m atlas.tools.dev.nvfp4_gluon_gemv --splits # GPU box: SPLIT_K 2..17 at M 1, PDL launches
                                                         #   ($OUT/nvfp4_gluon_splits.json)
     python -m atlas.tools.dev.nvfp4_gluon_gemv --tiled  # GPU box: row-major against block-contiguous weights
                                                         #   (TILED) and x through shared memory (XSMEM), M 1 / 4 /
@@ -127,36 +127,26 @@ def probe() -> None:
     torch.save(dump, f"{out_dir}/gluon_probe.pt")
 
 
-_LOCKS = {}
 _TILED = {}
 
 
 def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None, pdl=False):
     """y = x @ W.T through triton_gemv.launch_nvfp4_gemv with the Gluon kernel (cfg: BK, BN, NW, SPLIT_K, PIPE,
-    FOLD; FOLD's counters are kept per shape, so a timed graph holds no memset)."""
-    import torch
-
+    TILED, XSMEM)."""
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     bm = gemv.gemv_bucket(x.shape[0])
-    locks = None
     if cfg.get("TILED"):  # the block-contiguous copy of this weight (made on the eager check / warm-up calls)
         key = (weight.data_ptr(), cfg["BN"], cfg["BK"])
         if key not in _TILED:
             _TILED[key] = gg.tile_weights(weight, weight_scale, cfg["BN"], cfg["BK"])
         weight, weight_scale = _TILED[key]
-    if cfg.get("FOLD"):
-        key = (weight.shape[0], cfg["BN"], weight.device)
-        if key not in _LOCKS:  # made on the eager check call, never inside a graph capture
-            _LOCKS[key] = torch.zeros(-(-weight.shape[0] // cfg["BN"]), dtype=torch.int32, device=weight.device)
-        locks = _LOCKS[key]
-    return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out, pdl=pdl,
-                                  locks=locks)
+    return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out, pdl=pdl)
 
 
 def gluon_config(cfg: dict, bucket: int) -> dict:
     return {"BLOCK_M": bucket, "BLOCK_N": cfg["BN"], "BLOCK_K": cfg["BK"], "SPLIT_K": cfg["SPLIT_K"],
             "num_warps": cfg["NW"], "num_stages": 1, "GLUON": True, "PIPE": cfg.get("PIPE", 1),
-            **({"FOLD": True} if cfg.get("FOLD") else {}), **({"TILED": True} if cfg.get("TILED") else {}),
+            **({"TILED": True} if cfg.get("TILED") else {}),
             **({"XSMEM": cfg["XSMEM"]} if cfg.get("XSMEM") else {})}
 
 
@@ -193,9 +183,8 @@ def sass_report() -> None:
 
 
 def main(splits: bool = False, tiled: bool = False) -> None:
-    """Every CONFIGS entry at M 1 / 4 / 16 beside the shipped choice; splits: the M 1 winners' tile (plain and PIPE 2,
-    with and without FOLD) at SPLIT_K 2 to 17, launched with PDL as engines launch them (how the waves fall: 27B
-    gate_up has 544 row tiles of 64, 27B down 80 with 68 blocks of 256 along K, so SPLIT_K 16 leaves two splits
+    """Every CONFIGS entry at M 1 / 4 / 16 beside the shipped choice; splits: the M 1 winners' tile (plain and PIPE 2)
+    at SPLIT_K 2 to 17, launched with PDL as engines launch them (how the waves fall: 27B gate_up has 544 row tiles of 64, 27B down 80 with 68 blocks of 256 along K, so SPLIT_K 16 leaves two splits
     empty there); tiled: block-contiguous weights and x through shared memory beside the plain form, M 1 to 16."""
     import torch
 
@@ -222,7 +211,7 @@ def main(splits: bool = False, tiled: bool = False) -> None:
                 row["shipped_us"] = graph_time([lambda qt=qt: gemv.launch_nvfp4_gemv(
                     x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg0, pdl=splits or tiled) for qt in qs],
                     repeats=20) * 1e6
-            configs = [dict(BK=256, BN=64, NW=4, SPLIT_K=sk, PIPE=p, FOLD=f) for p in (1, 2) for f in (False, True)
+            configs = [dict(BK=256, BN=64, NW=4, SPLIT_K=sk, PIPE=p) for p in (1, 2)
                        for sk in (2, 3, 4, 5, 6, 8, 12, 16, 17)] if splits else [
                 dict(BK=bk, BN=bn, NW=4, SPLIT_K=sk, PIPE=p, TILED=t, XSMEM=xs)
                 for bk, bn, p, t, xs in ((256, 64, 1, False, 0), (256, 64, 1, True, 0), (256, 64, 1, False, 3),
@@ -234,7 +223,7 @@ def main(splits: bool = False, tiled: bool = False) -> None:
                 x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=splits or tiled), ref, qs)
             row["best"] = best
             errs = error_summary(row["variants"])
-            keys = ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE', 'FOLD', 'TILED', 'XSMEM')
+            keys = ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE', 'TILED', 'XSMEM')
             frac = row['bytes'] / (best['us'] * 1e-6) / bw if best else 0
             print(f"{name:22s} M={m:2d} shipped {row.get('shipped_us', 0):7.1f} us  gluon best "
                   f"{best['us'] if best else 0:7.1f} us (bw {frac:.2f})"
