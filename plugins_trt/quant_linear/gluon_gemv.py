@@ -157,7 +157,7 @@ def _a_operand(wd, sc, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL:
 def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
                BN: gl.constexpr, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr,
                NW: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr,
-               xL: gl.constexpr, aL: gl.constexpr, bL: gl.constexpr):
+               xL: gl.constexpr, aL: gl.constexpr, bL: gl.constexpr, PDL: gl.constexpr):
     """The K loop with words, scales and x copied into S shared-memory slots by cp.async (16-byte words and x,
     4-byte scale groups) S - 1 blocks ahead, read back in the compute layouts after a CTA barrier (the copy and
     read layouts differ for the scales and x). Order a block: wait for its group, barrier (everyone is past the
@@ -179,10 +179,14 @@ def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, 
     xr = gl.arange(0, MP, layout=gl.SliceLayout(1, xcL))
     xp = x_ptr + xr[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
     xmask = (xr < M)[:, None]
-    for i in gl.static_range(S - 1):  # prologue: blocks b_lo .. b_lo + S - 2 (clamped; an unused one is harmless)
-        kb = gl.minimum(b_lo + i, nb - 1)
+    for i in gl.static_range(S - 1):  # prologue: weights of blocks b_lo .. b_lo + S - 2 (clamped; an unused one is
+        kb = gl.minimum(b_lo + i, nb - 1)  # harmless), issued before the PDL wait: they are nobody's output
         async_copy.async_copy_global_to_shared(w_s.index(i), wp + kb * KW)
         async_copy.async_copy_global_to_shared(s_s.index(i), sp + kb * (BK // 16))
+    if PDL:
+        _gdc_wait()
+    for i in gl.static_range(S - 1):  # their x; group i ends with block i's x (group 0 also holds every prologue
+        kb = gl.minimum(b_lo + i, nb - 1)  # weight copy: waiting for it waits a little more than needed, once)
         async_copy.async_copy_global_to_shared(x_s.index(i), xp + kb * BK, mask=xmask)
         async_copy.commit_group()
     for kb in range(b_lo, b_hi):
@@ -243,14 +247,15 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
-                          XSMEM: gl.constexpr = 0):
+                          XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
     shared-memory slots (BLOCK_K >= 128). PDL: programmatic dependent launch (triton_gemv's docstring); PIPE 2 loads
-    its first weight block before the wait. TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
+    its first weight block before the wait, PIPE >= 3 its first PIPE - 1 weight blocks. TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
     by block (`tile_weights`), so that each block a program reads is one contiguous run of memory. XSMEM (with
-    PIPE 1): x through that many shared-memory slots, read once a program (`_x_shared`)."""
+    PIPE 1): x through that many shared-memory slots, read once a program (`_x_shared`). UNROLL 2 (PIPE 1, no
+    XSMEM): the K loop two blocks a step, both blocks' loads first."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -293,7 +298,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
     if PDL:
         _gdc_launch_dependents()
-        if PIPE != 2:
+        if PIPE == 1:
             _gdc_wait()
     if XSMEM > 0:
         gl.static_assert(PIPE == 1)
@@ -301,7 +306,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                         NW, XSMEM, wL, sL, pL, xL, aL, bL)
     elif PIPE > 2:  # cp.async through shared memory, PIPE stages deep (one CTA barrier a block)
         acc = _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
-                         BN, BK, MP, RP, KW, NW, PIPE, wL, sL, pL, xL, aL, bL)
+                         BN, BK, MP, RP, KW, NW, PIPE, wL, sL, pL, xL, aL, bL, PDL)
     elif PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math; what crosses
         # the loop is the loads' raw 32-bit words (x as bf16 pairs), so nothing gets repacked on the way
         xpL: gl.constexpr = x_pairs_layout(BK, MP, NW)
@@ -324,7 +329,21 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
             wd, sr, xw = wd_n, sr_n, xw_n
     else:
-        for kb in range(b_lo, b_hi):
+        b_mid = b_lo
+        if UNROLL > 1:  # two blocks' loads issued before either block's math: twice the bytes in flight a warp,
+            # nothing carried across the loop (PIPE 2's repacking); an odd block count ends in the plain loop
+            gl.static_assert(UNROLL == 2)
+            b_mid = b_lo + (b_hi - b_lo) // 2 * 2
+            for kb in range(b_lo, b_mid, 2):
+                w0 = gl.load(w_rows + kb * wstep)
+                s0 = gl.load(s_rows + kb * sstep)
+                x0 = gl.load(x_rows + kb * BK, mask=xmask, other=0.0)
+                w1 = gl.load(w_rows + (kb + 1) * wstep)
+                s1 = gl.load(s_rows + (kb + 1) * sstep)
+                x1 = gl.load(x_rows + (kb + 1) * BK, mask=xmask, other=0.0)
+                acc = _block(acc, w0, _scales(s0, BN, KW, wL), _x_operand(x0, BK, MP, RP, bL), BN, BK, RP, pL, aL)
+                acc = _block(acc, w1, _scales(s1, BN, KW, wL), _x_operand(x1, BK, MP, RP, bL), BN, BK, RP, pL, aL)
+        for kb in range(b_mid, b_hi):
             sc = _scales(gl.load(s_rows + kb * sstep), BN, KW, wL)
             b = _x_operand(gl.load(x_rows + kb * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
             acc = _block(acc, gl.load(w_rows + kb * wstep), sc, b, BN, BK, RP, pL, aL)

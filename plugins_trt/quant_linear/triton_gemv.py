@@ -606,6 +606,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["TILED"] = True
     if config.get("XSMEM"):  # the Gluon GEMV's x through shared memory (gluon_gemv._x_shared)
         cx["XSMEM"] = config["XSMEM"]
+    if config.get("UNROLL", 1) > 1:  # the Gluon GEMV's two-blocks-a-step loop
+        cx["UNROLL"] = config["UNROLL"]
     return cx
 
 
@@ -625,7 +627,7 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     cx = _gemv_constexprs(config, has_bias, has_residual, pdl)
     if config.get("GLUON"):  # the Gluon kernel's experiment switches (AOT wants every constexpr spelt out)
-        cx = {"TILED": False, "XSMEM": 0, **cx}
+        cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, **cx}
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
 
 

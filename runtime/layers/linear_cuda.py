@@ -45,6 +45,18 @@ class CudaLinear:
         params = self.kernels.params(name)
         self.kernels.launch(name, None, *(args[p] for p, _ in params))
 
+    def _launch_split(self, entry: dict, out: torch.Tensor, **args) -> None:
+        """The bucket's kernel into out, or with SPLIT_K > 1 into fp32 partials that the reduction sums (+ bias)."""
+        split = entry["config"].get("SPLIT_K", 1)
+        if split == 1:
+            self._launch(entry["kernel"], out_ptr=out, **args)
+            return
+        m = out.shape[0]
+        part = torch.empty(split, m, self.n, device=out.device, dtype=torch.float32)
+        self._launch(entry["kernel"], out_ptr=part, **args)
+        self._launch(entry["reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None, out_ptr=out, M=m, N=self.n,
+                     stride_rm=0, stride_om=self.n)
+
     def _dequant_linear(self, entry: dict, x: torch.Tensor, out: torch.Tensor) -> None:
         """Large M: the precompiled nvfp4_dequant_kernel writes `rows` weight rows as bf16 into a workspace, cuBLAS
         multiplies them into those output columns; chunk by chunk (triton_gemm.nvfp4_dequant_linear's loop)."""
@@ -75,21 +87,14 @@ class CudaLinear:
         else:
             common.update(w_ptr=self.weight, ws_ptr=self.weight_scale)
         if m <= GEMV_BUCKETS[-1]:
-            split = entry["config"]["SPLIT_K"]
-            if split > 1:
-                part = torch.empty(split, m, self.n, device=x.device, dtype=torch.float32)
-                self._launch(entry["kernel"], x_ptr=x, out_ptr=part, **common)
-                self._launch(entry["reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None, out_ptr=out, M=m,
-                             N=self.n, stride_rm=0, stride_om=self.n)
-            else:
-                self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
+            self._launch_split(entry, out, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)
         elif self.fmt == "nvfp4" and entry["config"].get("WGMMA"):  # x in the kernel's k order first (one gather)
             from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k
 
             xp = permute_k(x, entry["config"]["BLOCK_K"])
-            self._launch(entry["kernel"], x_ptr=xp, out_ptr=out, **{**common, "stride_xm": xp.stride(0)})
+            self._launch_split(entry, out, x_ptr=xp, **{**common, "stride_xm": xp.stride(0)})
         elif self.fmt == "nvfp4":
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
         else:  # W8A8: quantize activations per row, then the FP8 tensor-core GEMM

@@ -431,6 +431,8 @@ cases = {  # name: (AotSignature, grid)
     "splitk_reduce": (GV.signature_splitk_reduce(red, 4, N, True, True), GV.grid_splitk_reduce(red, 1, N)),
     "nvfp4_gemv.gluon.pdl": (GV.signature_nvfp4_gemv({**gemv(1, 4), "GLUON": True, "PIPE": 2}, N, K, pdl=True),
                              GV.grid_gemv(gemv(1, 4), N)),
+    "nvfp4_gemv.gluon.pipe3.pdl": (GV.signature_nvfp4_gemv({**gemv(8, 4), "BLOCK_K": 128, "num_stages": 1, "GLUON": True,
+                                                            "PIPE": 3}, N, K, pdl=True), GV.grid_gemv(gemv(8, 4), N)),
     "splitk_reduce.pdl": (GV.signature_splitk_reduce(red, 4, N, pdl=True), GV.grid_splitk_reduce(red, 1, N)),
     "nvfp4_gemm": (GM.signature_nvfp4_gemm(gemm, N, K, True, True), GM.grid_gemm(gemm, 2048, N)),
     "quantize_rows_fp8": (GM.signature_quantize_rows_fp8(quant, K), GM.grid_quantize_rows_fp8(quant, 2048)),

@@ -4,6 +4,7 @@ beside the shipped NVFP4 GEMM and cuBLAS BF16, or print its sm_90 resources and 
     python -m atlas.tools.dev.nvfp4_wgmma_gemm          # GPU box: $OUT/nvfp4_wgmma_gemm.json
     python -m atlas.tools.dev.nvfp4_wgmma_gemm --sass   # CPU: registers, spills, HGMMA count, in-flight A overwrites
     [--w-smem]: only the configs with the weights through the shared-memory ring
+    [--m256]: M 256 only, on the benchmark's six shapes (the nvfp4_m256 goal)
 """
 from __future__ import annotations
 
@@ -111,11 +112,15 @@ def main() -> None:
     shipped = {(c["shape"], c["M"]): c for c in json.load(open("tools/results/gemm.json"))["cases"]}
     shapes = {"qwen3.5-27b.gate_up": (34816, 5120), "qwen3.5-27b.down": (5120, 17408),
               "llama-3.1-8b.gate_up": (28672, 4096), "llama-3.1-8b.down": (4096, 14336)}
+    ms = (64, 256, 2048)
+    if "--m256" in sys.argv:  # the benchmark's M = 256 goal, every shape of tools/bench_gemm.py
+        shapes = {**shapes, "llama-3.1-8b.qkv": (6144, 4096), "llama-3.1-8b.lm_head": (128256, 4096)}
+        ms = (256,)
     res = {"rows": []}
     for name, (n, k) in shapes.items():
         g, qs, wref, _ = nvfp4_weight(n, k)
         wbf = wref.to(torch.bfloat16)
-        for m in (64, 256, 2048):
+        for m in ms:
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
             row = {"shape": name, "N": n, "K": k, "M": m,
@@ -131,7 +136,7 @@ def main() -> None:
             errs = error_summary(row["variants"])
             print(f"{name:22s} M={m:5d} cublas {row['cublas_us']:8.1f} us  shipped {row.get('shipped_us', 0):8.1f} us"
                   f"  wgmma best {best['us'] if best else 0:8.1f} us "
-                  f"{({k: best[k] for k in ('BLOCK_M', 'BLOCK_N', 'BLOCK_K', 'STAGES', 'num_warps', 'W_SMEM') if k in best} if best else '')}"
+                  f"{({k: best[k] for k in ('BLOCK_M', 'BLOCK_N', 'BLOCK_K', 'STAGES', 'num_warps', 'W_SMEM', 'SPLIT_K') if k in best} if best else '')}"
                   f" rel errors {errs[:4]}", flush=True)
             res["rows"].append(row)
             json.dump(res, open(f"{out_dir}/nvfp4_wgmma_gemm.json", "w"), indent=1)
