@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|gdn|gdnall|splits|tiled|unroll|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -75,6 +75,9 @@ if [ "$what" = tiled ]; then  # the Gluon GEMV: block-contiguous weights (TILED)
 fi
 if [ "$what" = unroll ]; then  # the Gluon GEMV two blocks a step, and the cp.async form; ~2 min
     python3 -m atlas.tools.dev.nvfp4_gluon_gemv --unroll 2>&1 | tee "$out/nvfp4_gluon_unroll.log" | grep -a " M=\|Error"
+fi
+if [ "$what" = pre ]; then  # the Gluon GEMV with weight blocks loaded before the PDL wait (PRE); ~1 min
+    python3 -m atlas.tools.dev.nvfp4_gluon_gemv --pre 2>&1 | tee "$out/nvfp4_gluon_pre.log" | grep -a " M=\|Error"
 fi
 if [ "$what" = wgmma256 ]; then  # the W_SMEM wgmma configs (SPLIT_K ones too) at M 256 on the six shapes; ~2 min
     python3 -m atlas.tools.dev.nvfp4_wgmma_gemm --w-smem --m256 2>&1 | tee "$out/nvfp4_wgmma_gemm.log" \

@@ -154,6 +154,15 @@ def _a_operand(wd, sc, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL:
 
 
 @gluon.jit
+def _pre_block(acc, wd, sr, x_rows, kb, b_hi, nb, xmask, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr,
+               KW: gl.constexpr, MP: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
+               bL: gl.constexpr):
+    """One preloaded block (PRE): its x (zero when kb is past the split, so the clamped weights add nothing)."""
+    x = gl.load(x_rows + gl.minimum(kb, nb - 1) * BK, mask=xmask & (kb < b_hi), other=0.0)
+    return _block(acc, wd, _scales(sr, BN, KW, wL), _x_operand(x, BK, MP, RP, bL), BN, BK, RP, pL, aL)
+
+
+@gluon.jit
 def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
                BN: gl.constexpr, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr,
                NW: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr,
@@ -247,7 +256,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
-                          XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1):
+                          XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
@@ -255,7 +264,9 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     its first weight block before the wait, PIPE >= 3 its first PIPE - 1 weight blocks. TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
     by block (`tile_weights`), so that each block a program reads is one contiguous run of memory. XSMEM (with
     PIPE 1): x through that many shared-memory slots, read once a program (`_x_shared`). UNROLL 2 (PIPE 1, no
-    XSMEM): the K loop two blocks a step, both blocks' loads first."""
+    XSMEM): the K loop two blocks a step, both blocks' loads first. PRE 2 / 4 (PIPE 1, no XSMEM or UNROLL): that many
+    blocks' weights loaded before the PDL wait (all of a short split), so that they stream during the kernel
+    before."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -298,7 +309,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
     if PDL:
         _gdc_launch_dependents()
-        if PIPE == 1:
+        if PIPE == 1 and PRE == 0:
             _gdc_wait()
     if XSMEM > 0:
         gl.static_assert(PIPE == 1)
@@ -330,6 +341,28 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             wd, sr, xw = wd_n, sr_n, xw_n
     else:
         b_mid = b_lo
+        if PRE > 0:  # the first PRE blocks' weights loaded before the PDL wait (the whole split at PRE >= its block
+            # count): in a chain of launches they stream while the previous kernel runs; blocks past the split
+            # load a clamped block and meet x = 0
+            gl.static_assert(PRE == 2 or PRE == 4)
+            gl.static_assert(UNROLL == 1)
+            w0 = gl.load(w_rows + gl.minimum(b_lo, nb - 1) * wstep)
+            s0 = gl.load(s_rows + gl.minimum(b_lo, nb - 1) * sstep)
+            w1 = gl.load(w_rows + gl.minimum(b_lo + 1, nb - 1) * wstep)
+            s1 = gl.load(s_rows + gl.minimum(b_lo + 1, nb - 1) * sstep)
+            if PRE == 4:
+                w2 = gl.load(w_rows + gl.minimum(b_lo + 2, nb - 1) * wstep)
+                s2 = gl.load(s_rows + gl.minimum(b_lo + 2, nb - 1) * sstep)
+                w3 = gl.load(w_rows + gl.minimum(b_lo + 3, nb - 1) * wstep)
+                s3 = gl.load(s_rows + gl.minimum(b_lo + 3, nb - 1) * sstep)
+            if PDL:
+                _gdc_wait()
+            acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
+            acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
+            if PRE == 4:
+                acc = _pre_block(acc, w2, s2, x_rows, b_lo + 2, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
+                acc = _pre_block(acc, w3, s3, x_rows, b_lo + 3, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
+            b_mid = gl.minimum(b_lo + PRE, b_hi)
         if UNROLL > 1:  # two blocks' loads issued before either block's math: twice the bytes in flight a warp,
             # nothing carried across the loop (PIPE 2's repacking); an odd block count ends in the plain loop
             gl.static_assert(UNROLL == 2)

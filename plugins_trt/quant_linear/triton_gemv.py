@@ -459,7 +459,7 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=None) -> list[d
     """(BLOCK_N, BLOCK_K, num_warps) tiles x SPLIT_K 1..8 for every M bucket. fma_tiles serve bucket 1 (a fourth
     entry is PIPE: the K loop's loads go through shared memory with cp.async, that many stages deep), dot_tiles
     buckets 2..16; tc_tiles (num_stages last) give split-position tensor-core configs ("TC": True) for every
-    bucket. gluon_tiles: {MP: [(BLOCK_N, BLOCK_K, num_warps, SPLIT_K, PIPE), ...]} for the Gluon kernel (MP 8 serves
+    bucket. gluon_tiles: {MP: [(BLOCK_N, BLOCK_K, num_warps, SPLIT_K, PIPE[, constexprs]), ...]} for the Gluon kernel (MP 8 serves
     buckets 1..8, MP 16 bucket 16), in order of preference (gemv_candidates keeps that order)."""
     out = []
     for bm in M_BUCKETS:
@@ -475,10 +475,11 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=None) -> list[d
             for split in (1, 2, 4, 8):
                 out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
                             "num_warps": warps, "num_stages": stages, "TC": True})
-        for bn, bk, warps, split, pipe in (gluon_tiles or {}).get(8 if bm <= 8 else 16, []):
-            # gluon_gemv.nvfp4_gemv_mma_kernel, any bucket (K % BLOCK_K == 0); PIPE 2 registers two deep, 3 cp.async
+        for bn, bk, warps, split, pipe, *extra in (gluon_tiles or {}).get(8 if bm <= 8 else 16, []):
+            # gluon_gemv.nvfp4_gemv_mma_kernel, any bucket (K % BLOCK_K == 0); PIPE 2 registers two deep, 3 cp.async;
+            # a sixth entry: more constexprs of the kernel (UNROLL, PRE)
             out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
-                        "num_stages": 1, "GLUON": True, "PIPE": pipe})
+                        "num_stages": 1, "GLUON": True, "PIPE": pipe, **(extra[0] if extra else {})})
     return out
 
 
@@ -486,21 +487,24 @@ def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=None) -> list[d
 # SPLIT_K makes enough programs for N = 4096-class layers. Tensor-core path: cp.async pipelined, 3 stages.
 _DOT_TILES = [(32, 256, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8)]
 _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2), (128, 256, 8, 2)]
-# Gluon mma.sync tiles (BLOCK_N, BLOCK_K, warps): not yet run on a GPU; the build's check against the fp32
-# reference decides whether one is used (see gluon_gemv.py)
-# Gluon tiles by MP, best first: H200, `python -m atlas.tools.dev.nvfp4_gluon_gemv`
-# (tools/results/nvfp4_gluon_gemv.json, four shapes x M 1 / 4 / 16, 26 configs): SPLIT_K 4 wins on every shape, even
-# N = 34816; BLOCK_K 256 at MP 8, 128 / 64 at MP 16; the cp.async form (PIPE 3) on the 27B down projection (K 17408)
-# at M 4 / 16
-_GLUON_TILES = {8: [(64, 256, 4, 4, 1), (128, 256, 4, 4, 1), (64, 256, 4, 16, 1), (64, 128, 4, 4, 3),
-                    (64, 256, 4, 4, 2), (256, 256, 8, 4, 1), (64, 256, 4, 8, 1), (64, 256, 4, 1, 1),
+# Gluon mma.sync tiles by MP, best first (the build's check against the fp32 reference decides whether one is used):
+# H200, `python -m atlas.tools.dev.nvfp4_gluon_gemv` (tools/results/nvfp4_gluon_gemv.json, four shapes x M 1 / 4 /
+# 16, 26 configs): SPLIT_K 4 wins on every shape, even N = 34816; the cp.async form (PIPE 3) on the 27B down
+# projection (K 17408) at M 4 / 16; then `--unroll` (below)
+_U2, _PRE4 = {"UNROLL": 2}, {"PRE": 4}
+_GLUON_TILES = {8: [(64, 256, 4, 4, 1, _U2), (64, 256, 4, 16, 1), (128, 256, 4, 8, 1), (64, 256, 4, 4, 1),
+                    (64, 256, 4, 4, 1, _PRE4), (64, 256, 4, 8, 1, _U2), (64, 128, 4, 4, 3), (64, 256, 4, 4, 2),
+                    (128, 256, 4, 4, 1), (256, 256, 8, 4, 1), (64, 256, 4, 16, 1, _PRE4), (64, 256, 4, 1, 1),
                     (64, 128, 4, 8, 3)],
-                16: [(128, 128, 4, 4, 1), (64, 64, 4, 4, 1), (128, 128, 4, 16, 1), (64, 128, 4, 4, 3),
-                     (256, 128, 8, 4, 1), (128, 128, 4, 4, 2), (128, 128, 4, 8, 1), (64, 128, 4, 8, 3)]}
-"""Untimed entries: SPLIT_K 16 (the third plain one), for layers with few row tiles and long rows (27B down: 80 tiles
-of 64 rows, K 17408, where SPLIT_K 4 leaves 2.4 programs an SM); BLOCK_N 256 at 8 warps, for M 4..16, where every
-program reads its whole x slice (M x K / SPLIT_K) for BLOCK_N weight rows: at M 16 and BLOCK_N 128 the x reads are
-44% of the weight bytes (27B gate_up; sm_90: 100-102 registers, no spills)."""
+                16: [(256, 128, 4, 8, 1), (128, 128, 4, 8, 1, _U2), (128, 128, 4, 4, 1), (128, 128, 4, 16, 1),
+                     (64, 128, 4, 4, 3), (64, 64, 4, 4, 1), (256, 128, 8, 4, 1), (128, 128, 4, 4, 2),
+                     (128, 128, 4, 8, 1), (64, 128, 4, 8, 3)]}
+"""In order of preference, from the H200 sweeps (tools/results/nvfp4_gluon_unroll.json, row-major weights): UNROLL 2
+first at M 1 (27B gate_up 36.4 against 37.4 us), 128 x 256 at SPLIT_K 8 for M 4 / 8 (27B gate_up M 8 48.5 against
+50.9) and 256 x 128 at 4 warps (64 weight rows a warp, so each warp's x tile serves more weights) for M 16 (57.3
+against 62.7). PRE 4 (weights before the PDL wait; for the short splits of small layers: 8B qkv at SPLIT_K 4 loads
+its whole split) is untimed. SPLIT_K 16 for layers with few row tiles and long rows (27B down: 80 tiles of 64 rows,
+K 17408)."""
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
 """Candidates for nvfp4_gemv_kernel; the build keeps those whose BLOCK_M is the bucket and times them."""
@@ -608,6 +612,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["XSMEM"] = config["XSMEM"]
     if config.get("UNROLL", 1) > 1:  # the Gluon GEMV's two-blocks-a-step loop
         cx["UNROLL"] = config["UNROLL"]
+    if config.get("PRE"):  # the Gluon GEMV's weight blocks loaded before the PDL wait
+        cx["PRE"] = config["PRE"]
     return cx
 
 
@@ -627,7 +633,7 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     cx = _gemv_constexprs(config, has_bias, has_residual, pdl)
     if config.get("GLUON"):  # the Gluon kernel's experiment switches (AOT wants every constexpr spelt out)
-        cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, **cx}
+        cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, "PRE": 0, **cx}
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
 
 

@@ -77,24 +77,6 @@ def test_wgmma_way_in_the_plan(wgmma_engine):
     assert seen
 
 
-def test_split_wgmma_plan_names_the_reduction(monkeypatch):
-    """A SPLIT_K wgmma config compiles fp32 partial output and a split-K reduction for its bucket (CPU compile)."""
-    from atlas.build_engine import linear_kernels as LK
-    from atlas.plugins_trt.quant_linear import triton_gemm as GM
-
-    split = next(c for c in GM.CONFIGS_nvfp4_wgmma if c.get("SPLIT_K", 1) == 2)
-    monkeypatch.setattr(GM, "CONFIGS_nvfp4_gemm", [split])
-    monkeypatch.setattr(LK, "linear_shapes", lambda config, formats: [("nvfp4", 512, 1024)])
-    monkeypatch.setattr(LK, "GEMV_BUCKETS", ())
-    compiled, plan = LK.linear_kernel_list(None, {}, tune=False)
-    names = {c.spec.name: c for c in compiled}
-    for bucket in ("64", "256", "2048"):
-        item = plan["nvfp4:512x1024"][bucket]
-        assert item["config"]["SPLIT_K"] == 2 and item["reduce"] == "splitk_reduce.2x512", item
-        assert names[item["kernel"]].spec.signature["out_ptr"] == "*fp32"
-        assert names[item["kernel"]].spec.grid_formula[1] == "SPLIT_K"
-
-
 def test_library_ways_in_the_plan(library_engines):
     """DEQUANT entries name the compiled nvfp4_dequant_kernel and its rows per call; CUBLAS entries only the
     activation quantization."""

@@ -11,6 +11,7 @@ the shipped Triton GEMV, or print its sm_90 loop instruction mix (no GPU needed)
                                                         #   8 / 16, PDL ($OUT/nvfp4_gluon_tiled.json)
     python -m atlas.tools.dev.nvfp4_gluon_gemv --unroll  # GPU box: UNROLL 2 and the cp.async form, M 1..16
                                                          #   ($OUT/nvfp4_gluon_unroll.json)
+    python -m atlas.tools.dev.nvfp4_gluon_gemv --pre     # GPU box: weights loaded before the PDL wait, M 1..16
 """
 from __future__ import annotations
 
@@ -150,7 +151,8 @@ def gluon_config(cfg: dict, bucket: int) -> dict:
             "num_warps": cfg["NW"], "num_stages": 1, "GLUON": True, "PIPE": cfg.get("PIPE", 1),
             **({"TILED": True} if cfg.get("TILED") else {}),
             **({"XSMEM": cfg["XSMEM"]} if cfg.get("XSMEM") else {}),
-            **({"UNROLL": cfg["UNROLL"]} if cfg.get("UNROLL", 1) > 1 else {})}
+            **({"UNROLL": cfg["UNROLL"]} if cfg.get("UNROLL", 1) > 1 else {}),
+            **({"PRE": cfg["PRE"]} if cfg.get("PRE") else {})}
 
 
 def sass_report() -> None:
@@ -185,12 +187,12 @@ def sass_report() -> None:
                   f"{dict(ops.most_common(8))}")
 
 
-def main(splits: bool = False, tiled: bool = False, unroll: bool = False) -> None:
+def main(splits: bool = False, tiled: bool = False, unroll: bool = False, pre: bool = False) -> None:
     """Every CONFIGS entry at M 1 / 4 / 16 beside the shipped choice; splits: the M 1 winners' tile (plain and PIPE 2)
     at SPLIT_K 2 to 17, launched with PDL as engines launch them (how the waves fall: 27B gate_up has 544 row tiles of 64, 27B down 80 with 68 blocks of 256 along K, so SPLIT_K 16 leaves two splits
     empty there); tiled: block-contiguous weights and x through shared memory beside the plain form, M 1 to 16;
     unroll: the plain form two blocks a step (UNROLL 2) beside one, and the cp.async form (its weight prologue now
-    before the PDL wait), M 1 to 16."""
+    before the PDL wait), M 1 to 16; pre: weight blocks loaded before the PDL wait (PRE), M 1 to 16."""
     import torch
 
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
@@ -207,14 +209,14 @@ def main(splits: bool = False, tiled: bool = False, unroll: bool = False) -> Non
     res = {"copy_bandwidth": bw, "rows": []}
     for name, (n, k) in shapes.items():
         g, qs, wref, nbytes = nvfp4_weight(n, k)
-        for m in (1,) if splits else (1, 4, 8, 16) if tiled or unroll else (1, 4, 16):  # tools/bench_gemm.py: every M
+        for m in (1,) if splits else (1, 4, 8, 16) if tiled or unroll or pre else (1, 4, 16):  # tools/bench_gemm.py: every M
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
             row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
             cfg0 = shipped.get((name, m))
             if cfg0 is not None:
                 row["shipped_us"] = graph_time([lambda qt=qt: gemv.launch_nvfp4_gemv(
-                    x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg0, pdl=splits or tiled or unroll) for qt in qs],
+                    x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg0, pdl=splits or tiled or unroll or pre) for qt in qs],
                     repeats=20) * 1e6
             configs = [dict(BK=256, BN=64, NW=4, SPLIT_K=sk, PIPE=p) for p in (1, 2)
                        for sk in (2, 3, 4, 5, 6, 8, 12, 16, 17)] if splits else [
@@ -233,21 +235,27 @@ def main(splits: bool = False, tiled: bool = False, unroll: bool = False) -> Non
                     # more weight rows a warp, for M 4..16, where each warp's x tile costs as much as 16 rows
                     (128, 256, 4, 1, 1, False), (128, 256, 4, 1, 1, True), (128, 128, 2, 1, 1, True),
                     (128, 256, 4, 1, 2, True))
-                for sk in (4, 8)] if unroll else CONFIGS
+                for sk in (4, 8)] if unroll else [
+                dict(BK=bk, BN=bn, NW=4, SPLIT_K=sk, PIPE=1, PRE=p, TILED=t)
+                for bk, bn, sk, p, t in (
+                    (256, 64, 4, 0, False), (256, 64, 4, 2, False), (256, 64, 4, 4, False), (256, 64, 4, 4, True),
+                    (256, 64, 8, 2, False), (256, 64, 8, 2, True), (256, 64, 16, 0, False), (256, 64, 16, 2, False),
+                    (256, 64, 16, 4, False), (256, 64, 16, 4, True), (128, 128, 4, 0, True), (128, 128, 4, 4, True),
+                    (128, 128, 8, 4, True), (128, 128, 16, 4, True), (128, 128, 16, 4, False))] if pre else CONFIGS
             row["variants"], best = check_and_time(configs, lambda cfg, qt: launch(
-                x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=splits or tiled or unroll), ref, qs)
+                x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=splits or tiled or unroll or pre), ref, qs)
             row["best"] = best
             errs = error_summary(row["variants"])
-            keys = ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE', 'TILED', 'XSMEM', 'UNROLL')
+            keys = ('BK', 'BN', 'NW', 'SPLIT_K', 'PIPE', 'TILED', 'XSMEM', 'UNROLL', 'PRE')
             frac = row['bytes'] / (best['us'] * 1e-6) / bw if best else 0
             print(f"{name:22s} M={m:2d} shipped {row.get('shipped_us', 0):7.1f} us  gluon best "
                   f"{best['us'] if best else 0:7.1f} us (bw {frac:.2f})"
                   f" {({k: best[k] for k in keys if k in best} if best else '')} rel errors {errs[:4]}", flush=True)
             res["rows"].append(row)
-            kind = "splits" if splits else "tiled" if tiled else "unroll" if unroll else "gemv"
+            kind = "splits" if splits else "tiled" if tiled else "unroll" if unroll else "pre" if pre else "gemv"
             json.dump(res, open(f"{out_dir}/nvfp4_gluon_{kind}.json", "w"), indent=1)
 
 
 if __name__ == "__main__":
     sass_report() if "--sass" in sys.argv else probe() if "--probe" in sys.argv else main(
-        "--splits" in sys.argv, "--tiled" in sys.argv, "--unroll" in sys.argv)
+        "--splits" in sys.argv, "--tiled" in sys.argv, "--unroll" in sys.argv, "--pre" in sys.argv)
