@@ -36,8 +36,55 @@ def out_layout(BN, NW):
 
 
 @gluon.jit
+def _woff(kb, BK: gl.constexpr, TILED: gl.constexpr):
+    """int32-word offset of weight block kb (BK columns) from a row's block 0: row-major BK / 8 words a block;
+    tiled (layout.py: 2048 words a tile, 16 a tile row) a block of BK >= 128 starts BK / 128 tiles on, and blocks of
+    BK < 128 share a tile row, (128 / BK) of them (written so that the compiler sees each term's alignment)."""
+    if TILED:
+        if BK >= 128:
+            return kb * (BK // 128) * 2048
+        else:
+            return (kb // (128 // BK)) * 2048 + (kb % (128 // BK)) * (BK // 8)
+    else:
+        return kb * (BK // 8)
+
+
+@gluon.jit
+def _soff(kb, BK: gl.constexpr, TILED: gl.constexpr):
+    """Byte offset of block kb's scales (BK / 16 a row): as _woff, 1024 bytes a tile, 8 a tile row."""
+    if TILED:
+        if BK >= 128:
+            return kb * (BK // 128) * 1024
+        else:
+            return (kb // (128 // BK)) * 1024 + (kb % (128 // BK)) * (BK // 16)
+    else:
+        return kb * (BK // 16)
+
+
+@gluon.jit
+def _row_ptrs(w_ptr, ws_ptr, rows, srows, cols, scols, K, stride_wn, stride_sn, BK: gl.constexpr,
+              TILED: gl.constexpr):
+    """Pointers to block 0 of the given rows: int32 words [R, KW] and scale bytes [R, KW / 2] (tiled: layout.py's
+    row_part + col_part; a block of BK <= 128 lies in one tile row, so its columns stay plain)."""
+    if TILED:
+        wp = w_ptr.to(gl.pointer_type(gl.int32)) + ((rows // 128) * (K // 128) * 2048 + (rows % 128) * 16)[:, None]
+        sp = ws_ptr + ((srows // 128) * (K // 128) * 1024 + (srows % 128) * 8)[:, None]
+        if BK > 128:
+            wp = wp + ((cols // 16) * 2048 + cols % 16)[None, :]
+            sp = sp + ((scols // 8) * 1024 + scols % 8)[None, :]
+        else:
+            wp = wp + cols[None, :]
+            sp = sp + scols[None, :]
+    else:
+        wp = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) + cols[None, :]
+        sp = ws_ptr + srows[:, None] * stride_sn + scols[None, :]
+    return wp, sp
+
+
+@gluon.jit
 def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN: gl.constexpr, BK: gl.constexpr,
-          KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr):
+          KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
+          TILED: gl.constexpr):
     """Block kb: refill the x slot of block kb - 2 with block kb + S - 2 (every warpgroup is past its wait for block
     kb - 2's wgmma: the barrier), decode block kb's weights (wd, sr) into A, issue its wgmma, wait for block
     kb - 1's (whose A operand is a_prev: a dependency of that wait, so its registers are not reused before), load
@@ -51,8 +98,8 @@ def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN: gl.const
     async_copy.commit_group()
     a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL)
     nxt = gl.minimum(kb + 1, nb - 1)  # the next block's weights, in registers while this one multiplies
-    wd = gl.load(w_rows + nxt * KW)
-    sr = gl.load(s_rows + nxt * (BK // 16))
+    wd = gl.load(w_rows + _woff(nxt, BK, TILED))
+    sr = gl.load(s_rows + _soff(nxt, BK, TILED))
     acc = warpgroup_mma(a, x_s.index(kb % S).permute((1, 0)), acc, is_async=True)
     acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
     return acc, a, a_prev, wd, sr
@@ -61,7 +108,7 @@ def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN: gl.const
 @gluon.jit
 def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN: gl.constexpr, BK: gl.constexpr,
                KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr,
-               pL: gl.constexpr, aL: gl.constexpr):
+               pL: gl.constexpr, aL: gl.constexpr, TILED: gl.constexpr):
     """_step with the weights and scales in the cp.async ring beside x (W_SMEM): refill slot kb - 2 with block
     kb + S - 2's x, words and scales, read block kb's words and scales from shared memory, decode, issue, wait for
     block kb - 1's wgmma. The weights are S - 2 blocks in flight instead of one block in registers."""
@@ -71,8 +118,8 @@ def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN: gl.conste
     slot = (kb + S - 2) % S
     nxt = gl.minimum(kb + S - 2, nb - 1)
     async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + nxt * BK)
-    async_copy.async_copy_global_to_shared(w_s.index(slot), wp + nxt * KW)
-    async_copy.async_copy_global_to_shared(s_s.index(slot), sp + nxt * (BK // 16))
+    async_copy.async_copy_global_to_shared(w_s.index(slot), wp + _woff(nxt, BK, TILED))
+    async_copy.async_copy_global_to_shared(s_s.index(slot), sp + _soff(nxt, BK, TILED))
     async_copy.commit_group()
     wd = w_s.index(kb % S).load(wL)
     sr = s_s.index(kb % S).load(sL).to(gl.float8e4nv, bitcast=True)
@@ -87,12 +134,13 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
                             M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                            W_SMEM: gl.constexpr = False):
+                            W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual), x given k-permuted (permute_k). Grid (cdiv(N, BLOCK_N) *
     cdiv(M, BLOCK_M),), M tiles fastest (neighbouring programs share a weight tile). K % (2 BLOCK_K) == 0; BLOCK_N a
     multiple of 16 x num_warps; BLOCK_M 64..256, a multiple of 64 up to 256; STAGES >= 3 x slots (prefetch
     distance STAGES - 2 blocks). W_SMEM: the weight words and scales go through the same ring (_step_smem)
-    instead of one block ahead in registers, whose load latency (about 1 us) one block's wgmma does not cover."""
+    instead of one block ahead in registers, whose load latency (about 1 us) one block's wgmma does not cover.
+    TILED: the weights in the engine's tiled order (layout.tile_nvfp4; N % 128 == K % 128 == 0), strides ignored."""
     NW: gl.constexpr = gl.num_warps()
     BN: gl.constexpr = BLOCK_N
     BM: gl.constexpr = BLOCK_M
@@ -114,10 +162,9 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     nb = K // BK
 
     rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
-    w_rows = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
-        + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
     srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
-    s_rows = ws_ptr + srows[:, None] * stride_sn + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
+    w_rows, s_rows = _row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+                               gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK, TILED)
     xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
     x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
         + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
@@ -132,22 +179,21 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
         wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])  # 16-byte copies
         scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])  # 4-byte copies
         wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
-        wp = (w_ptr + wr[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
-            + gl.arange(0, KW, layout=gl.SliceLayout(0, wcL))[None, :]
         sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
-        sp = (ws_ptr + sq[:, None] * stride_sn).to(gl.pointer_type(gl.int8)) \
-            + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL))[None, :]
+        wp, sp = _row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
+                           gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
+                           gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
         for i in gl.static_range(S - 2):  # prologue: blocks 0 .. S - 3 (clamped; an extra copy is harmless)
             kb0 = gl.minimum(i, nb - 1)
             async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + kb0 * BK)
-            async_copy.async_copy_global_to_shared(w_s.index(i), wp + kb0 * KW)
-            async_copy.async_copy_global_to_shared(s_s.index(i), sp + kb0 * (BK // 16))
+            async_copy.async_copy_global_to_shared(w_s.index(i), wp + _woff(kb0, BK, TILED))
+            async_copy.async_copy_global_to_shared(s_s.index(i), sp + _soff(kb0, BK, TILED))
             async_copy.commit_group()
         for kb in range(0, nb, 2):  # unrolled by two, as below
             acc, a0, a1 = _step_smem(acc, a1, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN, BK, KW, RP, S, wL, sL, pL,
-                                     aL)
+                                     aL, TILED)
             acc, a1, a0 = _step_smem(acc, a0, x_s, w_s, s_s, x_rows, wp, sp, kb + 1, nb, BN, BK, KW, RP, S, wL, sL,
-                                     pL, aL)
+                                     pL, aL, TILED)
     else:
         for i in gl.static_range(S - 2):  # prologue: x of blocks 0 .. S - 3 (clamped; an extra copy is harmless)
             async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + gl.minimum(i, nb - 1) * BK)
@@ -156,9 +202,9 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
         sr = gl.load(s_rows)
         for kb in range(0, nb, 2):  # unrolled by two: the A operands of even and odd blocks are different values
             acc, a0, a1, wd, sr = _step(acc, a1, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN, BK, KW, RP, S, wL,
-                                        pL, aL)
+                                        pL, aL, TILED)
             acc, a1, a0, wd, sr = _step(acc, a0, wd, sr, x_s, x_rows, w_rows, s_rows, kb + 1, nb, BN, BK, KW, RP, S,
-                                        wL, pL, aL)
+                                        wL, pL, aL, TILED)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     async_copy.wait_group(0)
 
@@ -186,7 +232,7 @@ def grid_wgmma(config: dict, M: int, N: int) -> tuple[int, int, int]:
 def wgmma_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
-            "W_SMEM": config.get("W_SMEM", False)}
+            "W_SMEM": config.get("W_SMEM", False), "TILED": bool(config.get("TILED"))}
 
 
 def supports(config: dict, K: int) -> bool:

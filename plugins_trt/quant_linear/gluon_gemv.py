@@ -261,8 +261,8 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
     shared-memory slots (BLOCK_K >= 128). PDL: programmatic dependent launch (triton_gemv's docstring); PIPE 2 loads
-    its first weight block before the wait, PIPE >= 3 its first PIPE - 1 weight blocks. TILED (experiment, PIPE 1 / 2, N % BLOCK_N == 0): the words and scales stored block
-    by block (`tile_weights`), so that each block a program reads is one contiguous run of memory. XSMEM (with
+    its first weight block before the wait, PIPE >= 3 its first PIPE - 1 weight blocks. TILED (PIPE 1 / 2, BK 128 / 256): the weights in the engine's tiled
+    order (`layout.tile_nvfp4`: 128 x 128 tiles, N % 128 == K % 128 == 0), a block's bytes in one or two runs. XSMEM (with
     PIPE 1): x through that many shared-memory slots, read once a program (`_x_shared`). UNROLL 2 (PIPE 1, no
     XSMEM): the K loop two blocks a step, both blocks' loads first. PRE 2 / 4 (PIPE 1, no XSMEM or UNROLL): that many
     blocks' weights loaded before the PDL wait (all of a short split), so that they stream during the kernel
@@ -285,16 +285,20 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     per = (nb + SPLIT_K - 1) // SPLIT_K
     b_lo = pk * per
     b_hi = gl.minimum(b_lo + per, nb)
-    if TILED:  # [N / BN, nb, BN, KW] words and [N / BN, nb, BN, KW / 2] scales: block kb of row tile pid is contiguous
+    if TILED:  # the engine's tiled order (layout.py): 128 x 128 tiles, a tile row 16 words / 8 scales; rows and
+        # K are whole tiles (N % 128 == K % 128 == 0), a block starts BK / 128 tiles after the one before
         gl.static_assert(PIPE <= 2)
-        r = gl.arange(0, BN, layout=gl.SliceLayout(1, wL))
-        w_rows = w_ptr.to(gl.pointer_type(gl.int32)) + pid * nb * BN * KW + r[:, None] * KW \
-            + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
-        rs = gl.arange(0, BN, layout=gl.SliceLayout(1, sL))
-        s_rows = ws_ptr + pid * nb * BN * (KW // 2) + rs[:, None] * (KW // 2) \
-            + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
-        wstep = BN * KW
-        sstep = BN * (KW // 2)
+        gl.static_assert(BK % 128 == 0)
+        r = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL))
+        c = gl.arange(0, KW, layout=gl.SliceLayout(0, wL))
+        w_rows = w_ptr.to(gl.pointer_type(gl.int32)) + ((r // 128) * (K // 128) * 2048 + (r % 128) * 16)[:, None] \
+            + ((c // 16) * 2048 + c % 16)[None, :]
+        rs = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL))
+        cs = gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))
+        s_rows = ws_ptr + ((rs // 128) * (K // 128) * 1024 + (rs % 128) * 8)[:, None] \
+            + ((cs // 8) * 1024 + cs % 8)[None, :]
+        wstep = (BK // 128) * 2048
+        sstep = (BK // 128) * 1024
     else:
         rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
         w_rows = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
@@ -390,15 +394,3 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
         y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
     gl.store(out_ptr + pk * M * stride_om + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty),
              mask=mask)
-
-
-def tile_weights(weight, weight_scale, BN: int, BK: int):
-    """nvfp4 storage (u8 [N, K/2], e4m3 [N, K/16]) -> the TILED kernel's order, same shapes and dtypes: for each row
-    tile of BN rows and each block of BK columns, its BN x BK/2 bytes (then BN x BK/16 scales) contiguous."""
-    N, half = weight.shape
-    nb = 2 * half // BK
-    if N % BN or (2 * half) % BK:
-        raise ValueError(f"tiling needs N % {BN} == 0 and K % {BK} == 0, got N = {N}, K = {2 * half}")
-    w = weight.reshape(N // BN, BN, nb, BK // 2).permute(0, 2, 1, 3).contiguous().reshape(N, half)
-    sb = weight_scale.view(weight.dtype).reshape(N // BN, BN, nb, BK // 16).permute(0, 2, 1, 3).contiguous()
-    return w, sb.reshape(N, half // 8).view(weight_scale.dtype)

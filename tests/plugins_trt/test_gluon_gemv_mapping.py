@@ -63,26 +63,27 @@ def test_k_permutation_keeps_the_dot(BK):
 
 
 def test_tiled_weights_follow_the_kernels_addressing():
-    """TILED: word j of row r in block kb of row tile p sits at p*nb*BN*KW + kb*BN*KW + r*KW + j of the tiled words
-    (and the scales likewise, KW / 2 bytes a row), the addressing nvfp4_gemv_mma_kernel uses."""
+    """TILED: the engine's tiled order (layout.tile_nvfp4) holds word c of row r in block kb at the address the Gluon
+    GEMV computes: ((r // 128) * (K / 128) + c // 16) * 2048 + (r % 128) * 16 + c % 16 + kb * (BK / 128) * 2048 words
+    (scales: 8 a tile row, 1024 a tile), for both block widths the kernel reads tiled."""
     import torch
 
-    from atlas.plugins_trt.quant_linear.gluon_gemv import tile_weights
+    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
 
-    N, K, BN, BK = 256, 1024, 64, 256
+    N, K = 256, 1024
     g = torch.Generator().manual_seed(5)
     w = torch.randint(0, 256, (N, K // 2), generator=g, dtype=torch.uint8)
     ws = torch.randint(0, 127, (N, K // 16), generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)
-    wt, st = tile_weights(w, ws, BN, BK)
+    wt, st = tile_nvfp4(w, ws)
     assert wt.shape == w.shape and st.shape == ws.shape and st.dtype == ws.dtype
-    words, twords = w.view(torch.int32), wt.view(torch.int32).reshape(-1)
-    sbytes, tsbytes = ws.view(torch.uint8), st.view(torch.uint8).reshape(-1)
-    KW, nb = BK // 8, K // BK
-    for p in range(N // BN):
-        for kb in range(nb):
-            for r in (0, 5, BN - 1):
-                for j in range(KW):
-                    assert twords[p * nb * BN * KW + kb * BN * KW + r * KW + j] == words[p * BN + r, kb * KW + j]
-                for c in range(KW // 2):
-                    assert tsbytes[p * nb * BN * (KW // 2) + kb * BN * (KW // 2) + r * (KW // 2) + c] \
-                        == sbytes[p * BN + r, kb * (KW // 2) + c]
+    words, twords = w.view(torch.int32).numpy(), wt.view(torch.int32).reshape(-1).numpy()
+    sbytes, tsbytes = ws.view(torch.uint8).numpy(), st.view(torch.uint8).reshape(-1).numpy()
+    r = np.arange(N)[:, None]
+    for BK in (128, 256):
+        KW = BK // 8
+        c, cs = np.arange(KW)[None, :], np.arange(KW // 2)[None, :]
+        for kb in range(K // BK):
+            addr = (r // 128) * (K // 128) * 2048 + (r % 128) * 16 + (c // 16) * 2048 + c % 16 + kb * (BK // 128) * 2048
+            assert np.array_equal(twords[addr], words[:, kb * KW:(kb + 1) * KW])
+            sadr = (r // 128) * (K // 128) * 1024 + (r % 128) * 8 + (cs // 8) * 1024 + cs % 8 + kb * (BK // 128) * 1024
+            assert np.array_equal(tsbytes[sadr], sbytes[:, kb * KW // 2:(kb + 1) * KW // 2])

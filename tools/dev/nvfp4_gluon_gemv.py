@@ -138,10 +138,11 @@ def launch(x, weight, weight_scale, weight_scale_2, cfg, out=None, pdl=False):
     TILED, XSMEM)."""
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     bm = gemv.gemv_bucket(x.shape[0])
-    if cfg.get("TILED"):  # the block-contiguous copy of this weight (made on the eager check / warm-up calls)
-        key = (weight.data_ptr(), cfg["BN"], cfg["BK"])
+    if cfg.get("TILED"):  # the tiled copy of this weight (layout.py; made on the eager check / warm-up calls)
+        from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+        key = weight.data_ptr()
         if key not in _TILED:
-            _TILED[key] = gg.tile_weights(weight, weight_scale, cfg["BN"], cfg["BK"])
+            _TILED[key] = tile_nvfp4(weight, weight_scale)
         weight, weight_scale = _TILED[key]
     return gemv.launch_nvfp4_gemv(x, weight, weight_scale, weight_scale_2, gluon_config(cfg, bm), out=out, pdl=pdl)
 

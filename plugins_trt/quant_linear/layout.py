@@ -1,0 +1,65 @@
+"""The tiled NVFP4 weight order of GPU engines: 128-row x 128-column tiles, each tile's bytes contiguous.
+
+Engines store NVFP4 weights in ModelOpt's row-major order (u8 [N, K/2] packed E2M1, e4m3 [N, K/16] block scales);
+on the GPU a weight with N % 128 == 0 and K % 128 == 0 is re-ordered at load into tiles (`tile_nvfp4`), and every
+kernel the build compiled for it reads that order (the kernels' TILED constexpr). Same shapes and dtypes, only the
+order of the bytes changes:
+
+    words  [N, K/2]  ->  [N/128, K/128, 128, 64]   tile (n // 128, j // 64), row n % 128, byte j % 64
+    scales [N, K/16] ->  [N/128, K/128, 128, 8]    tile (n // 128, s // 8),  row n % 128, scale s % 8
+
+Why: a GEMV program reads a [BLOCK_N, BLOCK_K] block of the weights a step. Row-major, that is BLOCK_N runs of
+BLOCK_K / 2 bytes a K/2 apart; tiled, a 128 x 128 block is one run of 8 KB (and a 64 x 256 block two runs of
+4 KB). Measured on the H200 with the Gluon GEMV (tools/results/nvfp4_gluon_pre.json, block-contiguous weights):
+Qwen3.5-27B gate_up 61.1 -> 51.2 us at M 16, 49.6 -> 43.3 at M 8; Llama-3.1-8B qkv 12.0 -> 8.6 at M 8.
+
+Offsets, for a kernel that reads element (n, j): `row_part(n) + col_part(j)`, with (in units of the pointer's
+element, `ROW` = elements a tile row, `TILE` = elements a tile)
+
+    row_part(n) = (n // 128) * (K / 128) * TILE + (n % 128) * ROW
+    col_part(j) = (j // ROW) * TILE + j % ROW
+
+bytes: ROW 64, TILE 8192 (words) and ROW 8, TILE 1024 (scales); int32 words: ROW 16, TILE 2048. A block of BLOCK_K
+columns (BLOCK_K a multiple of 128) starts BLOCK_K / 128 tiles after the one before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TILE_N = 128
+"""Rows of a tile."""
+TILE_K = 128
+"""Weight columns (K) of a tile: 64 bytes of packed E2M1 and 8 block scales a row."""
+
+
+def can_tile(n: int, k: int) -> bool:
+    """Whether an NVFP4 weight [N, K] can take the tiled order (whole tiles only)."""
+    return n % TILE_N == 0 and k % TILE_K == 0
+
+
+def _tile(t: torch.Tensor, cols: int) -> torch.Tensor:
+    """[N, C] -> the same shape, bytes in [N/128, C/cols, 128, cols] order."""
+    n, c = t.shape
+    return t.reshape(n // TILE_N, TILE_N, c // cols, cols).transpose(1, 2).contiguous().reshape(n, c)
+
+
+def _untile(t: torch.Tensor, cols: int) -> torch.Tensor:
+    n, c = t.shape
+    return t.reshape(n // TILE_N, c // cols, TILE_N, cols).transpose(1, 2).contiguous().reshape(n, c)
+
+
+def tile_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-major NVFP4 (u8 [N, K/2], e4m3 [N, K/16]) -> the tiled order, same shapes and dtypes (new tensors)."""
+    n, half = weight.shape
+    if not can_tile(n, 2 * half) or tuple(weight_scale.shape) != (n, 2 * half // 16):
+        raise ValueError(f"tile_nvfp4: weight [{n}, {half}] / scales {tuple(weight_scale.shape)} do not make whole "
+                         f"{TILE_N} x {TILE_K} tiles (N % {TILE_N} and K % {TILE_K} must be 0)")
+    scale = _tile(weight_scale.view(torch.uint8), TILE_K // 16).view(weight_scale.dtype)
+    return _tile(weight, TILE_K // 2), scale
+
+
+def untile_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of tile_nvfp4."""
+    scale = _untile(weight_scale.view(torch.uint8), TILE_K // 16).view(weight_scale.dtype)
+    return _untile(weight, TILE_K // 2), scale
