@@ -12,15 +12,22 @@ FP8 GEMM entries also name their activation-quantization kernel ("quant"); an fp
 (cuBLASLt's FP8 GEMM, torch._scaled_mm), an nvfp4 "DEQUANT" entry names nvfp4_dequant_kernel and the weight rows
 it dequantizes per cuBLAS call ("rows"), an nvfp4 "WGMMA" entry the Gluon wgmma kernel (its input is x permuted with
 gluon_gemm.permute_k at the config's BLOCK_K). Autotuning checks every candidate against the fp32 reference first.
+
+NVFP4 weights of whole 128 x 128 tiles (N % 128 == K % 128 == 0) run in the tiled order of
+plugins_trt/quant_linear/layout.py: every config of such a shape has "TILED": True, the kernels are compiled to read
+that order, and the runtime (CudaLinear) re-orders the weight once at load. The engine's files keep ModelOpt's
+row-major order (what the CPU reference, the ONNX graphs and other tools read).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
 from atlas.build_engine.kernels import compile_kernel, write_kernels
+from atlas.plugins_trt.quant_linear.layout import can_tile
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS
 from atlas.runtime.layout import canonical_shapes
@@ -45,6 +52,18 @@ def linear_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> list[t
             n, k = shapes[f"{prefix}.weight"]
             out.add((fmt, n, k))
     return sorted(out)
+
+
+def is_tiled(fmt: str, n: int, k: int) -> bool:
+    """Whether a linear's GPU kernels read its weight in the tiled order (layout.py): NVFP4 of whole tiles."""
+    return fmt == "nvfp4" and can_tile(n, k)
+
+
+def tiled_configs(configs: list[dict]) -> list[dict]:
+    """The configs that can read the tiled order, marked "TILED": blocks of whole tile rows (BLOCK_K % 128 == 0;
+    the wgmma GEMM also reads half tile rows), and no cp.async GEMV ring (Gluon PIPE > 2 addresses rows itself)."""
+    return [{**c, "TILED": True} for c in configs
+            if (c.get("WGMMA") or c["BLOCK_K"] % 128 == 0) and not (c.get("GLUON") and c.get("PIPE", 1) > 2)]
 
 
 def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int, k: int | None = None) -> list[dict]:
@@ -89,6 +108,10 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
     qt = _random_weights(fmt, n, k)
     x = torch.randn(bucket, k, device="cuda", dtype=torch.bfloat16)
     ref = x.float() @ dequantize(fmt, qt.weight, qt.weight_scale, qt.weight_scale_2).T
+    if candidates and candidates[0].get("TILED"):  # the candidates read the tiled order, as the runtime will give it
+        from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+        w, ws = tile_nvfp4(qt.weight, qt.weight_scale)
+        qt = dataclasses.replace(qt, weight=w, weight_scale=ws)
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
@@ -140,11 +163,14 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     for fmt, n, k in linear_shapes(config, weight_formats):
         entry = plan.setdefault(shape_key(fmt, n, k), {})
         for bucket in GEMV_BUCKETS + GEMM_BUCKETS:
+            tiled = is_tiled(fmt, n, k)
             if bucket in GEMV_BUCKETS:
                 configs = gemv.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else gemv.CONFIGS_fp8_gemv
-                cands = gemv_candidates(configs, bucket, n, candidates_per_bucket, k)
+                cands = gemv_candidates(tiled_configs(configs) if tiled else configs, bucket, n,
+                                        candidates_per_bucket, k)
             else:
                 cands = gemm.gemm_candidates(fmt, n, k)
+                cands = tiled_configs(cands) if tiled else cands
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             tag = "_".join(f"{v}" for v in cfg.values())
             item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}

@@ -8,6 +8,8 @@ Each case: the candidate configs are timed and the fastest kept (the same search
 output is checked against the fp32 reference on the same inputs, and every figure is the median of
 CUDA-graph replays, rotating over enough weight copies that each replay reads device memory, not L2.
 Bandwidth = bytes the kernel must read and write / time, against the copy bandwidth measured in this run.
+NVFP4 weights run in the order an engine gives them on the GPU: tiled (plugins_trt/quant_linear/layout.py) where N
+and K are whole 128 x 128 tiles, which all six shapes are.
 GEMVs are launched as an engine launches them, with programmatic dependent launch (--no-pdl: plainly): in the
 graph of back-to-back GEMVs each one's launch and ramp-up overlap the one before (the decode step is such a
 chain); the winner's plain time is recorded beside it (seconds_without_pdl).
@@ -24,10 +26,11 @@ from pathlib import Path
 import click
 import torch
 
-from atlas.build_engine.linear_kernels import CANDIDATES_PER_BUCKET, gemv_candidates
+from atlas.build_engine.linear_kernels import CANDIDATES_PER_BUCKET, gemv_candidates, is_tiled, tiled_configs
 from atlas.build_engine.quantize.quantizer import quantize
 from atlas.plugins_trt.quant_linear import triton_gemm as gemm
 from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
 from atlas.plugins_trt.quant_linear.reference import dequantize
 from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info, graph_time
 
@@ -91,6 +94,10 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
     q8 = to_cuda(quantize(w.float(), "fp8"))
     w4_ref = dequantize("nvfp4", q4.weight, q4.weight_scale, q4.weight_scale_2)  # fp32 [N, K]
     w8_ref = dequantize("fp8", q8.weight, q8.weight_scale)
+    tiled = is_tiled("nvfp4", n, k)
+    if tiled:  # as an engine's CudaLinear holds it: the tiled order, kernels compiled for it
+        w4, s4 = tile_nvfp4(q4.weight, q4.weight_scale)
+        q4 = dataclasses.replace(q4, weight=w4, weight_scale=s4)
     bytes_w = {"bf16": n * k * 2, "nvfp4": n * k // 2 + n * k // 16 + n * 4, "fp8": n * k + n * 4}
     copies = {f: copies_for(b) for f, b in bytes_w.items()}
     bf16_w = [w] + [w.clone() for _ in range(copies["bf16"] - 1)]
@@ -117,7 +124,8 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
             def run8(cfg, qt, pdl=pdl):
                 return gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=out, pdl=pdl)
 
-            cands4 = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, gemv.gemv_bucket(m), n, most, k)
+            cands4 = gemv_candidates(tiled_configs(gemv.CONFIGS_nvfp4_gemv) if tiled else gemv.CONFIGS_nvfp4_gemv,
+                                     gemv.gemv_bucket(m), n, most, k)
             cands8 = gemv_candidates(gemv.CONFIGS_fp8_gemv, gemv.gemv_bucket(m), n, most)
             kind = "gemv"
         else:
@@ -128,6 +136,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
                 return gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg, out=out)
 
             cands4, cands8 = gemm.gemm_candidates("nvfp4", n, k), gemm.gemm_candidates("fp8", n, k)
+            cands4 = tiled_configs(cands4) if tiled else cands4
             kind = "gemm (W4A16)", "gemm (W8A8)"
         for fmt, run, cands, qts, ref in (("nvfp4", run4, cands4, q4s, ref4), ("fp8", run8, cands8, q8s, ref8)):
             def check(cfg):

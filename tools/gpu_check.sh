@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -35,6 +35,13 @@ if [ "$what" = gemmall ]; then  # the GEMV / GEMM GPU tests, the benchmark (plai
     timeout 100 python3 -m atlas.tools.dev.nvfp4_wgmma_gemm --w-smem 2>&1 | tee "$out/nvfp4_wgmma_gemm.log" \
         | grep -a " M=\|Error" | tail -14
     timeout 100 bash "$0" splits
+fi
+if [ "$what" = tiledall ]; then  # the tiled NVFP4 order: its GPU tests (every way that reads it), the GEMV / GEMM
+    # tests, then the benchmark (about 8 minutes)
+    python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py 2>&1 \
+        | tee "$out/pytest_tiled_gpu.log" | tail -8
+    bash "$0" gemmtests
+    python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -52
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30

@@ -124,6 +124,17 @@ TINY_PRESETS["tiny-qwen3.5-vl"] = {
 }
 
 
+# Every linear of whole 128 x 128 tiles (qkv 256 x 128, o 128 x 128, gate_up 512 x 128, down 128 x 256, lm_head
+# 512 x 128), so GPU engines of it run the tiled NVFP4 order (plugins_trt/quant_linear/layout.py).
+TINY_PRESETS["tiny-llama-wide"] = {
+    **TINY_PRESETS["tiny-llama"],
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "head_dim": 32,
+}
+
+
 # --- real-shape presets ----------------------------------------------------------------------------
 
 REAL_PRESETS: dict[str, dict] = {

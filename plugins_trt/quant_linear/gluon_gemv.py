@@ -289,11 +289,11 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
         # K are whole tiles (N % 128 == K % 128 == 0), a block starts BK / 128 tiles after the one before
         gl.static_assert(PIPE <= 2)
         gl.static_assert(BK % 128 == 0)
-        r = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL))
+        r = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)  # programs past N
         c = gl.arange(0, KW, layout=gl.SliceLayout(0, wL))
         w_rows = w_ptr.to(gl.pointer_type(gl.int32)) + ((r // 128) * (K // 128) * 2048 + (r % 128) * 16)[:, None] \
             + ((c // 16) * 2048 + c % 16)[None, :]
-        rs = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL))
+        rs = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
         cs = gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))
         s_rows = ws_ptr + ((rs // 128) * (K // 128) * 1024 + (rs % 128) * 8)[:, None] \
             + ((cs // 8) * 1024 + cs % 8)[None, :]

@@ -15,7 +15,8 @@ Standard tiling: BLOCK_M x BLOCK_N output tile per program, K walked in BLOCK_K 
 pipelining (num_stages), GROUP_M swizzle of program ids for L2 reuse of the weight tiles. Rows past M or N are
 clamped for the loads (no masks in the main loop) and masked at the store; a K tail (K % BLOCK_K != 0, K % 16 == 0)
 runs one masked step. Same contract as triton_gemv: 16-byte aligned pointers, rows contiguous along K, plain
-@triton.jit kernels (pointers, i32, constexprs) with AOT signatures from signature_<kernel>.
+@triton.jit kernels (pointers, i32, constexprs) with AOT signatures from signature_<kernel>. The nvfp4 kernels take a
+TILED constexpr, as nvfp4_gemv_kernel: the weight in layout.tile_nvfp4's order (N, K, BLOCK_K multiples of 128).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
+from atlas.plugins_trt.quant_linear.layout import TILE_N
 from atlas.plugins_trt.quant_linear.triton_gemv import (
-    AotSignature, _epilogue_store, _nvfp4_dot_step, aot_signature, e2m1_nibble_f32, nvfp4_tile_bf16)
+    AotSignature, _epilogue_store, _nvfp4_dot_step, _nvfp4_tiled_ptrs, aot_signature, check_tiled, e2m1_nibble_f32,
+    nvfp4_tile_bf16)
 
 _NVFP4_DOT_DOWN = tl.constexpr(2.0 ** 8)
 _S_PACK_UP = tl.constexpr(2.0 ** 100)  # nvfp4_dequant_kernel, PACK: E2M1 * 2^-126 * scale * 2^100 is exact
@@ -52,7 +55,7 @@ def _tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.co
 def nvfp4_gemm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                       M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, TILED: tl.constexpr = False):
     """NVFP4 W4A16 GEMM. Grid (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N), 1, 1).
 
     x_ptr    *bf16     [M, K], row stride stride_xm
@@ -62,6 +65,8 @@ def nvfp4_gemm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     bias_ptr *bf16     [N] (HAS_BIAS);  res_ptr *bf16 [M, N], row stride stride_rm (HAS_RESIDUAL)
     out_ptr  *bf16     [M, N], row stride stride_om
     M, N, K  i32       K % 16 == 0;  BLOCK_M >= 16, BLOCK_K >= 32, powers of 2.
+    TILED    w_ptr / ws_ptr in the tiled order (layout.tile_nvfp4; stride_wn, stride_sn unused): N % 128 == 0,
+             K % 128 == 0, BLOCK_K % 128 == 0.
     """
     tl.static_assert(BLOCK_K % 32 == 0)
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -70,15 +75,19 @@ def nvfp4_gemm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     rows_m = tl.minimum(offs_m, M - 1)
     rows_n = tl.minimum(offs_n, N - 1)
     x_rows = x_ptr + rows_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
-    w_rows = (w_ptr + rows_n[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + tl.arange(0, BLOCK_K // 8)[None, :]
-    s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows_n[:, None] * stride_sn
-              + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
+    if TILED:
+        w_rows, s_rows = _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows_n, K, BLOCK_K)
+    else:
+        w_rows = (w_ptr + rows_n[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
+            + tl.arange(0, BLOCK_K // 8)[None, :]
+        s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows_n[:, None] * stride_sn
+                  + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
     row_ok = offs_m >= 0  # rows are clamped, every load is in bounds
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for b in range(0, K // BLOCK_K):
-        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, True)
+        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, True, TILED)
     if K % BLOCK_K != 0:
-        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, K // BLOCK_K, K, BLOCK_K, True, True)
+        acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, K // BLOCK_K, K, BLOCK_K, True, True, TILED)
     y = acc * (tl.load(ws2_ptr + rows_n) * _NVFP4_DOT_DOWN)[None, :]
     _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
 
@@ -94,7 +103,7 @@ def _bf16_pair(lo, hi):
 @triton.jit
 def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PACK: tl.constexpr = False,
-                         EVEN_K: tl.constexpr = False):
+                         EVEN_K: tl.constexpr = False, TILED: tl.constexpr = False):
     """Rows [0, N) of an nvfp4 weight to bf16: out[n, k] = RN_bf16(E2M1 * block scale * weight_scale_2[n]).
     Grid (cdiv(N, BLOCK_N), cdiv(K, BLOCK_K), 1); the pointers may start at any 16-row offset of the weight.
 
@@ -103,6 +112,8 @@ def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, strid
     PACK: decode in the words' own layout and store each word's 8 values as 4 bf16 pairs (16 bytes, no
     shared-memory exchange); otherwise the tile goes through nvfp4_tile_bf16 and a join / reshape.
     EVEN_K (K % BLOCK_K == 0): no masks along K, so the weight words load 16 bytes at a time.
+    TILED: w_ptr / ws_ptr in the tiled order (layout.tile_nvfp4; strides unused), starting at a multiple of 128 rows
+    (a 128-row group of tiles is contiguous; N the slice's rows, K the full K), N, K, BLOCK_K multiples of 128.
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -112,8 +123,13 @@ def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, strid
     rows = tl.minimum(offs_n, N - 1)
     offs_j = pid_k * KW + tl.arange(0, KW)
     offs_g = pid_k * KG + tl.max_contiguous(tl.arange(0, KG), 2)
-    w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + offs_j[None, :]
-    s_rows = ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn + offs_g[None, :]
+    if TILED:  # block pid_k starts BLOCK_K / 128 tiles (2048 words, 1024 scales) after the one before
+        w_rows, s_rows = _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows, K, BLOCK_K)
+        w_rows += pid_k * ((BLOCK_K // 128) * 2048)
+        s_rows += pid_k * ((BLOCK_K // 128) * 1024)
+    else:
+        w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + offs_j[None, :]
+        s_rows = ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn + offs_g[None, :]
     if EVEN_K:
         w = tl.load(w_rows)
         sg = tl.load(s_rows)
@@ -286,8 +302,10 @@ def grid_gemm(config: dict, M: int, N: int) -> tuple[int, int, int]:
 
 
 def dequant_rows(config: dict, K: int) -> int:
-    """Weight rows a DEQUANT config dequantizes per cuBLAS call: CHUNK / K, a multiple of 16 (at least 16)."""
-    return max(16, config["CHUNK"] // K // 16 * 16)
+    """Weight rows a DEQUANT config dequantizes per cuBLAS call: CHUNK / K, a multiple of 16 (at least 16); of 128
+    (at least 128) for a TILED config, whose chunks must start on a 128-row group of tiles."""
+    step = TILE_N if config.get("TILED") else 16
+    return max(step, config["CHUNK"] // K // step * step)
 
 
 def grid_nvfp4_dequant(config: dict, rows: int, K: int) -> tuple[int, int, int]:
@@ -304,13 +322,18 @@ GEMM_GRID = ("cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)", "1", "1")
 
 
 def _gemm_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
-    return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
-            "GROUP_M": config["GROUP_M"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+    cx = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+          "GROUP_M": config["GROUP_M"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+    if config.get("TILED"):  # nvfp4_gemm_kernel's tiled weight order (layout.py); left out otherwise
+        cx["TILED"] = True
+    return cx
 
 
 def signature_nvfp4_gemm(config: dict, N: int, K: int, has_bias: bool = False,
                          has_residual: bool = False) -> AotSignature:
-    """AotSignature of nvfp4_gemm_kernel for a contiguous [N, K] weight (M stays a run-time argument)."""
+    """AotSignature of nvfp4_gemm_kernel for a contiguous [N, K] weight (M stays a run-time argument); a "TILED"
+    config reads it in layout.tile_nvfp4's order."""
+    check_tiled(config, N, K)
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
              "res_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
@@ -321,7 +344,9 @@ def signature_nvfp4_gemm(config: dict, N: int, K: int, has_bias: bool = False,
 
 def signature_nvfp4_dequant(config: dict, N: int, K: int) -> AotSignature:
     """AotSignature of nvfp4_dequant_kernel for chunks of a contiguous [N, K] weight (N stays a run-time argument:
-    the last chunk is shorter; chunks start at multiples of 16 rows, so N keeps its divisibility)."""
+    the last chunk is shorter; chunks start at multiples of 16 rows, so N keeps its divisibility; of 128 rows with
+    "TILED", the weight in layout.tile_nvfp4's order)."""
+    check_tiled(config, N, K)
     types = {"w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_on": "i32"}
     ints = {"N": N, "K": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_on": K}
@@ -330,8 +355,11 @@ def signature_nvfp4_dequant(config: dict, N: int, K: int) -> AotSignature:
 
 
 def _dequant_constexprs(config: dict, K: int) -> dict:
-    return {"BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"], "PACK": config.get("PACK", False),
-            "EVEN_K": K % config["BLOCK_K"] == 0}
+    cx = {"BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"], "PACK": config.get("PACK", False),
+          "EVEN_K": K % config["BLOCK_K"] == 0}
+    if config.get("TILED"):  # the tiled weight order (layout.py); left out otherwise
+        cx["TILED"] = True
+    return cx
 
 
 def signature_fp8_gemm(config: dict, N: int, K: int, has_bias: bool = False,
@@ -369,8 +397,11 @@ def _epilogue_args(out, bias, residual):
 
 def launch_nvfp4_dequant(weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor,
                          out: torch.Tensor, config: dict) -> torch.Tensor:
-    """out bf16 [n, K] = the nvfp4 rows given (weight u8 [n, K/2], weight_scale [n, K/16], weight_scale_2 [n])."""
+    """out bf16 [n, K] = the nvfp4 rows given (weight u8 [n, K/2], weight_scale [n, K/16], weight_scale_2 [n]).
+    A "TILED" config: weight and weight_scale in layout.tile_nvfp4's order, or rows [n0, n0 + n) of such a weight
+    with n0 and n multiples of 128."""
     n, K = weight.shape[0], weight.shape[1] * 2
+    check_tiled(config, n, K, weight, weight_scale)
     nvfp4_dequant_kernel[grid_nvfp4_dequant(config, n, K)](
         weight, weight_scale, weight_scale_2, out, n, K, weight.stride(0), weight_scale.stride(0), out.stride(0),
         **_dequant_constexprs(config, K), num_warps=config["num_warps"], num_stages=config["num_stages"])
@@ -394,9 +425,11 @@ def nvfp4_dequant_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: to
                          residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
                          workspace: torch.Tensor | None = None) -> torch.Tensor:
     """The DEQUANT way of the nvfp4 linear: per chunk of dequant_rows(config, K) rows, nvfp4_dequant_kernel into a
-    bf16 workspace [rows, K], then cuBLAS into that chunk's output columns."""
+    bf16 workspace [rows, K], then cuBLAS into that chunk's output columns. With "TILED" (weight in
+    layout.tile_nvfp4's order) the chunks are whole 128-row groups of tiles."""
     N, K = weight.shape[0], weight.shape[1] * 2
     _check(x, torch.bfloat16, K, "x")
+    check_tiled(config, N, K, weight, weight_scale)
     out = torch.empty(x.shape[0], N, dtype=torch.bfloat16, device=x.device) if out is None else out
     if x.shape[0] == 0:
         return out
@@ -416,7 +449,8 @@ def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; x bf16 [M, K]; W in nvfp4 storage (u8 [N, K/2], ...).
-    A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel, a WGMMA config the Gluon kernel."""
+    A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel, a WGMMA config the Gluon kernel.
+    A "TILED" config takes W in layout.tile_nvfp4's order."""
     if config.get("DEQUANT"):
         return nvfp4_dequant_linear(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     if config.get("WGMMA"):
@@ -424,6 +458,7 @@ def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
         return launch_nvfp4_gemm_wgmma(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     N, K = weight.shape[0], weight.shape[1] * 2
     _check(x, torch.bfloat16, K, "x")
+    check_tiled(config, N, K, weight, weight_scale)
     M = x.shape[0]
     out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device) if out is None else out
     if M == 0:

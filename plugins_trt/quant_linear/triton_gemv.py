@@ -40,11 +40,14 @@ Every kernel takes pointers, i32 ints and constexprs only, so that the build sta
 signature_<kernel> helpers return exactly that; launch_<kernel> runs the same kernel through Triton's JIT.
 Contract shared by all kernels here: every pointer is 16-byte aligned, rows are contiguous along K, and
 K % 16 == 0. The ints given to signature_* (K, N, strides) are specialisations: a kernel compiled for them runs
-only on those values (M stays a run-time argument).
+only on those values (M stays a run-time argument). TILED (nvfp4, a config's "TILED"): the weight and its block
+scales in layout.py's order of 128 x 128 tiles instead of row-major (N, K and BLOCK_K multiples of 128, check_tiled);
+the blocks of a K step are then a few contiguous runs, the row strides are unused.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import NamedTuple
 
@@ -52,6 +55,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from atlas.plugins_trt.quant_linear.layout import TILE_K, can_tile
 
 # ---- bit patterns (int32 constants spelt signed, as Triton wants them) ------------------------------------
 _E2M1_MASK = tl.constexpr(0x81C00000 - (1 << 32))  # sign bit 31 + E2M1 exponent/mantissa at fp32 bits 24..22
@@ -217,23 +222,48 @@ def _split_blocks(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
 # ---- nvfp4 ----------------------------------------------------------------------------------------------------
 
 @triton.jit
-def _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+def _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows, K, BLOCK_K: tl.constexpr):
+    """TILED (layout.py): pointers to K block 0 of `rows` [BN] (row indices, N % 128 == K % 128 == 0): int32 words
+    [BN, BLOCK_K/8] and scale bytes [BN, BLOCK_K/16], each row_part(n) + col_part(j); block b starts b * BLOCK_K / 128
+    tiles further (the steps' WSTEP / SSTEP). Column offsets in 16-word / 8-scale runs (a tile row)."""
+    tl.static_assert(BLOCK_K % 128 == 0)
+    tiles = (rows // 128) * (K // 128)  # tiles before this row's 128-row group
+    j = tl.arange(0, BLOCK_K // 8)
+    g = tl.arange(0, BLOCK_K // 16)
+    # hints as the row-major pointers have them: words 16-byte loads (runs of 16, 64-byte aligned), scales two a
+    # thread to keep the words' layout
+    cw = tl.max_contiguous(tl.multiple_of((j // 16) * 2048 + j % 16, 16), 16)
+    cs = tl.max_contiguous(tl.multiple_of((g // 8) * 1024 + g % 8, 2), 2)
+    w_rows = w_ptr.to(tl.pointer_type(tl.int32)) + (tiles * 2048 + (rows % 128) * 16)[:, None] + cw[None, :]
+    s_rows = ws_ptr.to(tl.pointer_type(tl.uint8)) + (tiles * 1024 + (rows % 128) * 8)[:, None] + cs[None, :]
+    return w_rows, s_rows
+
+
+@triton.jit
+def _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr,
+                    TILED: tl.constexpr = False):
     KW: tl.constexpr = BLOCK_K // 8
     KG: tl.constexpr = BLOCK_K // 16
+    if TILED:  # a block starts BLOCK_K / 128 tiles (2048 words, 1024 scales) after the one before
+        WSTEP: tl.constexpr = (BLOCK_K // 128) * 2048
+        SSTEP: tl.constexpr = (BLOCK_K // 128) * 1024
+    else:
+        WSTEP: tl.constexpr = KW
+        SSTEP: tl.constexpr = KG
     offs_j = tl.arange(0, KW)
     offs_g = tl.max_contiguous(tl.arange(0, KG), 2)  # keeps the scale load in the words' layout (2 per thread)
     xj = x32 + b * (BLOCK_K // 2) + offs_j * 4  # x word slot i of weight word j holds elements 8j+2i, 8j+2i+1
     if MASKED:
         wmask = (b * KW + offs_j) < K // 8
-        w = tl.load(w_rows + b * KW, mask=wmask[None, :], other=0)
-        sg = tl.load(s_rows + b * KG, mask=((b * KG + offs_g) < K // 16)[None, :], other=0)
+        w = tl.load(w_rows + b * WSTEP, mask=wmask[None, :], other=0)
+        sg = tl.load(s_rows + b * SSTEP, mask=((b * KG + offs_g) < K // 16)[None, :], other=0)
         x0 = tl.load(xj, mask=wmask, other=0)
         x1 = tl.load(xj + 1, mask=wmask, other=0)
         x2 = tl.load(xj + 2, mask=wmask, other=0)
         x3 = tl.load(xj + 3, mask=wmask, other=0)
     else:
-        w = tl.load(w_rows + b * KW)
-        sg = tl.load(s_rows + b * KG)
+        w = tl.load(w_rows + b * WSTEP)
+        sg = tl.load(s_rows + b * SSTEP)
         x0 = tl.load(xj)
         x1 = tl.load(xj + 1)
         x2 = tl.load(xj + 2)
@@ -254,19 +284,25 @@ def _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKE
 
 @triton.jit
 def _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKED: tl.constexpr,
-                    PTX: tl.constexpr = False):
+                    PTX: tl.constexpr = False, TILED: tl.constexpr = False):
     KW: tl.constexpr = BLOCK_K // 8
     KG: tl.constexpr = BLOCK_K // 16
+    if TILED:  # as in _nvfp4_fma_step
+        WSTEP: tl.constexpr = (BLOCK_K // 128) * 2048
+        SSTEP: tl.constexpr = (BLOCK_K // 128) * 1024
+    else:
+        WSTEP: tl.constexpr = KW
+        SSTEP: tl.constexpr = KG
     offs_j = tl.arange(0, KW)
     offs_g = tl.max_contiguous(tl.arange(0, KG), 2)
     offs_k = tl.arange(0, BLOCK_K)
     if MASKED:
-        w = tl.load(w_rows + b * KW, mask=((b * KW + offs_j) < K // 8)[None, :], other=0)
-        sg = tl.load(s_rows + b * KG, mask=((b * KG + offs_g) < K // 16)[None, :], other=0)
+        w = tl.load(w_rows + b * WSTEP, mask=((b * KW + offs_j) < K // 8)[None, :], other=0)
+        sg = tl.load(s_rows + b * SSTEP, mask=((b * KG + offs_g) < K // 16)[None, :], other=0)
         x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None] & ((b * BLOCK_K + offs_k) < K)[None, :], other=0.0)
     else:
-        w = tl.load(w_rows + b * KW)
-        sg = tl.load(s_rows + b * KG)
+        w = tl.load(w_rows + b * WSTEP)
+        sg = tl.load(s_rows + b * SSTEP)
         x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
     wt = nvfp4_tile_bf16(w, sg.to(tl.float8e4nv, bitcast=True).to(tl.float32), PTX)  # [BN, BK]
     return tl.dot(x, tl.trans(wt), acc)
@@ -277,7 +313,7 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                       M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                       HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PIPE: tl.constexpr = 1,
-                      PDL: tl.constexpr = False):
+                      PDL: tl.constexpr = False, TILED: tl.constexpr = False):
     """NVFP4 W4A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1); block 32 * num_warps threads.
 
     x_ptr    *bf16     [M, K], row stride stride_xm (elements)
@@ -292,6 +328,8 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     BLOCK_M  1 (CUDA-core path) or 2, 4, 8, 16 (tensor-core path); BLOCK_N, BLOCK_K powers of 2, BLOCK_K >= 32.
     HAS_BIAS / HAS_RESIDUAL only with SPLIT_K == 1 (otherwise splitk_reduce_kernel applies them).
     PDL      programmatic dependent launch (module docstring)
+    TILED    w_ptr / ws_ptr in the tiled order (layout.tile_nvfp4; stride_wn, stride_sn unused): N % 128 == 0,
+             K % 128 == 0, BLOCK_K % 128 == 0.
     """
     tl.static_assert(BLOCK_K % 32 == 0)
     tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
@@ -300,17 +338,21 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.minimum(offs_n, N - 1)  # clamped, so that the main loop needs no mask
-    w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) + tl.arange(0, BLOCK_K // 8)[None, :]
-    s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn
-              + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
+    if TILED:
+        w_rows, s_rows = _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows, K, BLOCK_K)
+    else:
+        w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
+            + tl.arange(0, BLOCK_K // 8)[None, :]
+        s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn
+                  + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
     out_ptr += pid_k * M * stride_om
     if BLOCK_M == 1:
         x32 = x_ptr.to(tl.pointer_type(tl.int32))
         acc = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
         for b in tl.range(b_lo, b_full, num_stages=PIPE):
-            acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K, False)
+            acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b, K, BLOCK_K, False, TILED)
         if has_tail:
-            acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b_full, K, BLOCK_K, True)
+            acc = _nvfp4_fma_step(acc, w_rows, s_rows, x32, b_full, K, BLOCK_K, True, TILED)
         y = tl.sum(acc, axis=1) * (tl.load(ws2_ptr + rows) * _NVFP4_FMA_DOWN)
         _epilogue_store(y[None, :], tl.arange(0, 1), offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
                         HAS_BIAS, HAS_RESIDUAL)
@@ -321,9 +363,9 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
         x_rows = x_ptr + offs_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
         acc = tl.zeros([TILE_M, BLOCK_N], dtype=tl.float32)
         for b in range(b_lo, b_full):
-            acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False)
+            acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b, K, BLOCK_K, False, False, TILED)
         if has_tail:
-            acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b_full, K, BLOCK_K, True)
+            acc = _nvfp4_dot_step(acc, w_rows, s_rows, x_rows, row_ok, b_full, K, BLOCK_K, True, False, TILED)
         y = acc * (tl.load(ws2_ptr + rows) * _NVFP4_DOT_DOWN)[None, :]
         _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
                         HAS_BIAS, HAS_RESIDUAL)
@@ -491,19 +533,22 @@ _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2
 # H200, `python -m atlas.tools.dev.nvfp4_gluon_gemv` (tools/results/nvfp4_gluon_gemv.json, four shapes x M 1 / 4 /
 # 16, 26 configs): SPLIT_K 4 wins on every shape, even N = 34816; the cp.async form (PIPE 3) on the 27B down
 # projection (K 17408) at M 4 / 16; then `--unroll` (below)
-_U2, _PRE4 = {"UNROLL": 2}, {"PRE": 4}
-_GLUON_TILES = {8: [(64, 256, 4, 4, 1, _U2), (64, 256, 4, 16, 1), (128, 256, 4, 8, 1), (64, 256, 4, 4, 1),
+_U2, _PRE2, _PRE4 = {"UNROLL": 2}, {"PRE": 2}, {"PRE": 4}
+_GLUON_TILES = {8: [(64, 256, 4, 4, 1, _U2), (128, 128, 4, 8, 1, _PRE4), (64, 256, 4, 4, 1, _PRE2),
+                    (64, 256, 4, 16, 1), (128, 256, 4, 8, 1), (64, 256, 4, 8, 1, _PRE2), (64, 256, 4, 4, 1),
                     (64, 256, 4, 4, 1, _PRE4), (64, 256, 4, 8, 1, _U2), (64, 128, 4, 4, 3), (64, 256, 4, 4, 2),
                     (128, 256, 4, 4, 1), (256, 256, 8, 4, 1), (64, 256, 4, 16, 1, _PRE4), (64, 256, 4, 1, 1),
                     (64, 128, 4, 8, 3)],
-                16: [(256, 128, 4, 8, 1), (128, 128, 4, 8, 1, _U2), (128, 128, 4, 4, 1), (128, 128, 4, 16, 1),
-                     (64, 128, 4, 4, 3), (64, 64, 4, 4, 1), (256, 128, 8, 4, 1), (128, 128, 4, 4, 2),
-                     (128, 128, 4, 8, 1), (64, 128, 4, 8, 3)]}
-"""In order of preference, from the H200 sweeps (tools/results/nvfp4_gluon_unroll.json, row-major weights): UNROLL 2
-first at M 1 (27B gate_up 36.4 against 37.4 us), 128 x 256 at SPLIT_K 8 for M 4 / 8 (27B gate_up M 8 48.5 against
-50.9) and 256 x 128 at 4 warps (64 weight rows a warp, so each warp's x tile serves more weights) for M 16 (57.3
-against 62.7). PRE 4 (weights before the PDL wait; for the short splits of small layers: 8B qkv at SPLIT_K 4 loads
-its whole split) is untimed. SPLIT_K 16 for layers with few row tiles and long rows (27B down: 80 tiles of 64 rows,
+                16: [(128, 128, 4, 8, 1, _PRE4), (256, 128, 4, 8, 1), (128, 128, 4, 16, 1, _PRE4),
+                     (128, 128, 4, 4, 1), (128, 128, 4, 8, 1, _U2), (128, 128, 4, 16, 1), (64, 128, 4, 4, 3),
+                     (64, 64, 4, 4, 1), (256, 128, 8, 4, 1), (128, 128, 4, 4, 2), (128, 128, 4, 8, 1),
+                     (64, 128, 4, 8, 3)]}
+"""In order of preference (gemv_candidates gives the plain Gluon way its first four that fit), from the H200 sweeps
+(tools/results/nvfp4_gluon_unroll.json, nvfp4_gluon_pre.json): UNROLL 2 at M 1 (27B gate_up 36.4 against 37.4 us),
+PRE 2 (the first two weight blocks loaded before the PDL wait) at M 1 (27B gate_up 36.2, 8B qkv 7.8 against 9.0), and
+for M 4..16 128 x 128 blocks with PRE 4 in the tiled order (layout.py; its block is one 8 KB tile): 27B gate_up M 8
+43.3 against 49.6, M 16 51.2 against 61.1, 8B qkv M 8 8.6 against 12.0 (row-major, those tiles are far slower:
+97.5 at 27B gate_up M 16). SPLIT_K 16 for layers with few row tiles and long rows (27B down: 80 tiles of 64 rows,
 K 17408)."""
 CONFIGS_nvfp4_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (32, 512, 4), (64, 512, 4), (128, 256, 8),
                                     (128, 512, 8)] + _PIPE_TILES, _DOT_TILES, gluon_tiles=_GLUON_TILES)
@@ -569,8 +614,15 @@ class AotSignature(NamedTuple):
 
 def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: dict, config: dict,
                   grid_formula: tuple[str, str, str]) -> AotSignature:
-    """Assemble an AotSignature: types lists the run-time parameters, ints the values fixed at build."""
+    """Assemble an AotSignature: types lists the run-time parameters, ints the values fixed at build. A constexpr
+    with a default that `constexprs` leaves out gets the default (AOT spells every constexpr out), so that a new
+    switch such as TILED enters a config's constexprs only where the config sets it."""
     names = list(fn.arg_names)
+    # the Python function's defaults (every defaulted parameter of these kernels is a constexpr); .fn under
+    # Triton's JIT and its interpreter alike
+    defaults = {n: p.default for n, p in inspect.signature(getattr(fn, "fn", fn)).parameters.items()
+                if p.default is not inspect.Parameter.empty and n not in types and n not in constexprs}
+    constexprs = {**constexprs, **defaults}
     missing = [n for n in names if n not in constexprs and n not in types]
     if missing:
         raise ValueError(f"{fn.__name__}: no type for parameter(s) {missing}")
@@ -606,7 +658,7 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
     if "TC" in config:  # fp8_gemv_kernel's path switch
         cx["TC"] = config["TC"]
     cx["PIPE"] = config.get("PIPE", 1)
-    if config.get("TILED"):  # the Gluon GEMV's block-contiguous weight order (gluon_gemv.tile_weights)
+    if config.get("TILED"):  # the nvfp4 GEMVs' tiled weight order (layout.py), Triton and Gluon kernels alike
         cx["TILED"] = True
     if config.get("XSMEM"):  # the Gluon GEMV's x through shared memory (gluon_gemv._x_shared)
         cx["XSMEM"] = config["XSMEM"]
@@ -625,7 +677,9 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
     """nvfp4_gemv_kernel for a contiguous [N, K] weight; M stays a run-time argument (1 <= M <= BLOCK_M).
 
     out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel).
-    pdl: compiled for programmatic dependent launch (the runtime launches it with the attribute)."""
+    pdl: compiled for programmatic dependent launch (the runtime launches it with the attribute).
+    A "TILED" config reads the weight in layout.tile_nvfp4's order (check_tiled says which shapes can)."""
+    check_tiled(config, N, K)
     out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
              "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
@@ -647,6 +701,8 @@ def _nvfp4_gemv_fn(config: dict):
 
 def _fp8_path(config: dict) -> dict:
     """config with its "TC" switch; without one, the CUDA-core path for BLOCK_M 1 and tensor cores above."""
+    if config.get("TILED"):
+        raise ValueError(f"fp8 GEMV config {config}: TILED is an nvfp4 weight order (layout.py), fp8 has none.")
     config = config if "TC" in config else {**config, "TC": config["BLOCK_M"] > 1}
     if not config["TC"] and config["BLOCK_M"] != 1:
         raise ValueError(f"fp8 GEMV config {config}: the CUDA-core path (TC False) serves BLOCK_M 1 only.")
@@ -686,6 +742,20 @@ def grid_gemv(config: dict, N: int) -> tuple[int, int, int]:
 
 def grid_splitk_reduce(config: dict, M: int, N: int) -> tuple[int, int, int]:
     return (triton.cdiv(N, config["BLOCK_N"]), M, 1)
+
+
+def check_tiled(config: dict, N: int, K: int, weight: torch.Tensor | None = None,
+                weight_scale: torch.Tensor | None = None) -> None:
+    """A "TILED" config (any nvfp4 kernel here): raise ValueError unless the weight makes whole 128 x 128 tiles, the
+    K blocks hold whole tiles and the tensors (when given) are contiguous, as tile_nvfp4 leaves them (a row slice
+    of one at a multiple of 128 rows is too). No-op for other configs."""
+    if not config.get("TILED"):
+        return
+    if not can_tile(N, K) or config["BLOCK_K"] % TILE_K:
+        raise ValueError(f"TILED config {config}: needs N % 128 == 0, K % 128 == 0 and BLOCK_K % 128 == 0, got "
+                         f"N = {N}, K = {K}, BLOCK_K = {config['BLOCK_K']}; use a row-major config for this weight.")
+    if any(t is not None and not t.is_contiguous() for t in (weight, weight_scale)):
+        raise ValueError("TILED: weight and weight_scale must be contiguous (layout.tile_nvfp4's tensors).")
 
 
 # ---- JIT launchers (tests, autotuning) ------------------------------------------------------------------------
@@ -740,7 +810,8 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K] (M <= BLOCK_M); W in nvfp4 storage.
 
     out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1;
-    pdl: programmatic dependent launch (sm_90; the module docstring)."""
+    pdl: programmatic dependent launch (sm_90; the module docstring). A "TILED" config takes weight and weight_scale
+    in layout.tile_nvfp4's order."""
     N, K = weight.shape[0], weight.shape[1] * 2
     _check_gemv_inputs(x, N, K, config, bias, residual)
     if weight.stride(1) != 1 or weight_scale.stride(1) != 1:
@@ -752,6 +823,7 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
                          "weight_scale_2 [N].")
     if config.get("GLUON") and K % config["BLOCK_K"]:
         raise ValueError(f"the Gluon GEMV needs K % BLOCK_K == 0, got K = {K}, BLOCK_K = {config['BLOCK_K']}")
+    check_tiled(config, N, K, weight, weight_scale)
     return _run_gemv(_nvfp4_gemv_fn(config), x, (weight, weight_scale, weight_scale_2),
                      (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace, pdl)
 

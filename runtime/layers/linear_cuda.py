@@ -2,6 +2,8 @@
 
 Nothing is compiled here: the kernels come from the engine's kernels/ folder through KernelTable,
 and the choice per M was made at build (manifest["linear_kernels"], see build_engine/linear_kernels.py).
+An NVFP4 weight whose plan was built for the tiled order ("TILED" in every bucket's config) is re-ordered once here
+(plugins_trt/quant_linear/layout.py); the engine file keeps the row-major order.
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ class CudaLinear:
         if fmt in ("nvfp4", "fp8") and (kernels is None or not plan):
             raise EngineError(f"no compiled kernels for a {fmt} linear {self.n}x{self.k}; rebuild the engine "
                               f"with atlas-build --device cuda.")
+        tiled = {bool(e["config"].get("TILED")) for e in (plan or {}).values()}
+        if len(tiled) > 1:
+            raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} mixes tiled and row-major "
+                              f"weight orders; rebuild the engine with this version of atlas-build.")
+        self.tiled = tiled == {True}
+        if self.tiled:
+            from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+
+            self.weight, self.weight_scale = tile_nvfp4(self.weight, self.weight_scale)
 
     def _launch(self, name: str, **args):
         params = self.kernels.params(name)

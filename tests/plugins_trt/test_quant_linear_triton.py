@@ -32,6 +32,7 @@ import torch
 
 from atlas.build_engine.quantize import QTensor
 from atlas.build_engine.quantize.quantizer import quantize
+from atlas.plugins_trt.quant_linear.layout import tile_nvfp4, untile_nvfp4
 from atlas.plugins_trt.quant_linear.reference import pack_e2m1, quant_linear
 
 NO_GPU = not torch.cuda.is_available()
@@ -343,6 +344,135 @@ def test_dequant_linear_interpreter(K, pack):
     check_dequant_linear(5, 80, K, cfg, seed=7 + K)
 
 
+# ---- the tiled weight order (layout.py; the kernels' TILED) ----------------------------------------------------
+
+def tiled(qt):
+    """qt with its weight and block scales in layout.tile_nvfp4's order (same shapes, weight_scale_2 as is)."""
+    w, ws = tile_nvfp4(qt.weight, qt.weight_scale)
+    return QTensor(qt.fmt, w, ws, qt.weight_scale_2)
+
+
+def test_tile_nvfp4_round_trip_and_offsets():
+    """untile(tile(.)) is the identity; element (n, j) of the tiled words (int32 units, as the kernels read them)
+    and scales sits at row_part(n) + col_part(j) (layout.py); N = 192 (not whole tiles) is refused."""
+    g = torch.Generator().manual_seed(5)
+    qt = random_weight("nvfp4", 256, 384, g)
+    w, ws = tile_nvfp4(qt.weight, qt.weight_scale)
+    assert w.shape == qt.weight.shape and ws.shape == qt.weight_scale.shape and ws.dtype == qt.weight_scale.dtype
+    assert not torch.equal(w, qt.weight)
+    uw, us = untile_nvfp4(w, ws)
+    assert torch.equal(uw, qt.weight) and torch.equal(us.view(torch.uint8), qt.weight_scale.view(torch.uint8))
+    for tensor, t, ROW, TILE in ((qt.weight.view(torch.int32), w.view(torch.int32), 16, 2048),
+                                 (qt.weight_scale.view(torch.uint8), ws.view(torch.uint8), 8, 1024)):
+        N, C = tensor.shape
+        n, j = torch.arange(N)[:, None], torch.arange(C)[None, :]
+        off = (n // 128) * (384 // 128) * TILE + (n % 128) * ROW + (j // ROW) * TILE + j % ROW
+        assert torch.equal(t.reshape(-1)[off], tensor)
+    with pytest.raises(ValueError, match="whole"):
+        tile_nvfp4(torch.ones(192, 64, dtype=torch.uint8), torch.ones(192, 8).to(torch.float8_e4m3fn))
+
+
+def test_tiled_launchers_refuse_shapes_that_are_not_whole_tiles():
+    """A TILED config needs N, K and BLOCK_K multiples of 128 (checked before any launch, AOT signatures too)."""
+    x = torch.zeros(1, 384, dtype=torch.bfloat16)
+    w, ws, ws2 = torch.ones(192, 192, dtype=torch.uint8), torch.ones(192, 24).to(torch.float8_e4m3fn), torch.ones(192)
+    t = {"TILED": True}
+    with pytest.raises(ValueError, match="N % 128 == 0"):
+        GV.launch_nvfp4_gemv(x, w, ws, ws2, {**_cfg(1, bk=128), **t})
+    with pytest.raises(ValueError, match="BLOCK_K % 128 == 0"):
+        GV.launch_nvfp4_gemv(x, w[:128], ws[:128], ws2[:128], {**_cfg(1, bk=64), **t})
+    with pytest.raises(ValueError, match="N % 128 == 0"):
+        GM.launch_nvfp4_gemm(x, w, ws, ws2, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 2,
+                                             "num_warps": 4, "num_stages": 1, **t})
+    with pytest.raises(ValueError, match="N % 128 == 0"):
+        GM.launch_nvfp4_dequant(w, ws, ws2, torch.empty(192, 384, dtype=torch.bfloat16),
+                                {**GM.CONFIGS_nvfp4_dequant[0], **t})
+    with pytest.raises(ValueError, match="K % 128 == 0"):
+        GV.signature_nvfp4_gemv({**_cfg(1, bk=128), **t}, 256, 4112)
+    with pytest.raises(ValueError, match="nvfp4"):
+        GV.launch_fp8_gemv(x, torch.zeros(128, 384).to(torch.float8_e4m3fn), torch.ones(128), {**_cfg(1), **t})
+    assert GM.dequant_rows({"CHUNK": 200 * 512, **t}, 512) == 128 and GM.dequant_rows({"CHUNK": 200 * 512}, 512) == 192
+
+
+# (M, N, K, config): N = 256 in whole tiles; K 384 leaves a masked tail block at BLOCK_K 256; BLOCK_N 256 over
+# N = 384 leaves a second program with rows past N (clamped)
+TILED_GEMV_CASES = [(m, 256, k, c) for m, c in ((1, _cfg(1, bk=128)), (1, _cfg(1, bk=256, split=2)),
+                                                (3, _cfg(4, bk=128, split=2)), (4, _cfg(4, bn=64, bk=256)))
+                    for k in (512, 384)] + [(1, 384, 512, _cfg(1, bn=256, bk=128, split=2))]
+
+
+@cpu_only
+@pytest.mark.parametrize("M,N,K,config", TILED_GEMV_CASES, ids=[
+    f"M{m}-N{n}-K{k}-BM{c['BLOCK_M']}-BN{c['BLOCK_N']}-BK{c['BLOCK_K']}-S{c['SPLIT_K']}"
+    for m, n, k, c in TILED_GEMV_CASES])
+def test_tiled_gemv_interpreter(M, N, K, config):
+    """TILED GEMV (CUDA-core and tensor-core paths) on tiled weights equals the row-major GEMV bit for bit, and the
+    fp32 reference to 1e-2."""
+    g = torch.Generator().manual_seed(N + K + M * 10 + config["BLOCK_K"] + config["SPLIT_K"])
+    qt = to_device(random_weight("nvfp4", N, K, g))
+    x = torch.randn(M, K, generator=g).bfloat16().to(DEVICE)
+    epilogue = config["SPLIT_K"] == 1
+    bias = torch.randn(N, generator=g).bfloat16().to(DEVICE) if epilogue else None
+    residual = torch.randn(M, N, generator=g).bfloat16().to(DEVICE) if epilogue else None
+    want = run_gemv("nvfp4", x, qt, config, bias, residual)
+    got = run_gemv("nvfp4", x, tiled(qt), {**config, "TILED": True}, bias, residual)
+    assert not got.isnan().any(), "output not fully written"
+    assert torch.equal(got, want), f"tiled differs from row-major: rel {rel(got, want):.2e}"
+    err = rel(got, reference(x, qt, bias, residual))
+    print(f"tiled nvfp4 gemv M={M} N={N} K={K} {config}: rel err {err:.2e}")
+    assert err < 1e-2
+
+
+@cpu_only
+def test_tiled_gemm_interpreter():
+    """TILED nvfp4_gemm_kernel (M 40: a partial M tile) equals the row-major GEMM and the fp32 reference."""
+    M, N, K = 40, 256, 384
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 2, "num_warps": 4, "num_stages": 2}
+    g = torch.Generator().manual_seed(40)
+    qt = to_device(random_weight("nvfp4", N, K, g))
+    x = (torch.randn(M, K, generator=g) * 4).bfloat16().to(DEVICE)
+    bias = torch.randn(N, generator=g).bfloat16().to(DEVICE)
+    residual = torch.randn(M, N, generator=g).bfloat16().to(DEVICE)
+    want = run_gemm("nvfp4", x, qt, cfg, bias, residual, None)
+    got = run_gemm("nvfp4", x, tiled(qt), {**cfg, "TILED": True}, bias, residual, None)
+    assert not got.isnan().any(), "output not fully written"
+    assert torch.equal(got, want), f"tiled differs from row-major: rel {rel(got, want):.2e}"
+    err = rel(got, reference(x, qt, bias, residual))
+    print(f"tiled nvfp4 gemm M={M} N={N} K={K}: rel err {err:.2e}")
+    assert err < 1e-2
+
+
+@cpu_only
+@pytest.mark.parametrize("pack", [False, True], ids=["tile", "pack"])
+@pytest.mark.parametrize("K", [384, 512], ids=["K-tail", "K-even"])
+def test_tiled_dequant_interpreter(K, pack):
+    """TILED nvfp4_dequant_kernel (BLOCK_K 256: EVEN_K at K 512, a masked block at 384): the whole weight and the
+    row slice [128, 256) of the tiled tensors equal the row-major dequantization; nvfp4_dequant_linear in chunks of
+    128 rows equals the row-major way and the fp32 reference."""
+    N, M = 256, 5
+    cfg = {**GM.CONFIGS_nvfp4_dequant[0], "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": 128 * K, "PACK": pack}
+    cfg_t = {**cfg, "TILED": True}
+    g = torch.Generator().manual_seed(K + pack)
+    qt = to_device(random_weight("nvfp4", N, K, g))
+    qtt = tiled(qt)
+    want_w = qt.dequantize().to(DEVICE).bfloat16()
+    w = torch.full((N, K), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    GM.launch_nvfp4_dequant(qtt.weight, qtt.weight_scale, qtt.weight_scale_2, w, cfg_t)
+    assert torch.equal(w, want_w), "tiled dequantization differs from the reference's"
+    w = torch.full((128, K), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    GM.launch_nvfp4_dequant(qtt.weight[128:], qtt.weight_scale[128:], qtt.weight_scale_2[128:], w, cfg_t)
+    assert torch.equal(w, want_w[128:]), "a row slice of the tiled weight dequantizes wrong"
+    x = (torch.randn(M, K, generator=g) * 4).bfloat16().to(DEVICE)
+    bias = torch.randn(N, generator=g).bfloat16().to(DEVICE)
+    assert GM.dequant_rows(cfg_t, K) == 128
+    want = GM.nvfp4_dequant_linear(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, bias)
+    got = GM.launch_nvfp4_gemm(x, qtt.weight, qtt.weight_scale, qtt.weight_scale_2, cfg_t, bias)
+    assert torch.equal(got, want)
+    err = rel(got, reference(x, qt, bias, None))
+    print(f"tiled nvfp4 dequant+matmul N={N} K={K} pack={pack}: rel err {err:.2e}")
+    assert err < 1e-2
+
+
 def check_quantize_rows(M, K, config, seed):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(M, K, generator=g) * 10 ** torch.randint(-3, 4, (M, 1), generator=g)).bfloat16()
@@ -482,6 +612,51 @@ def test_aot_compile_sm90(tmp_path):
         assert report[name]["wgmma"] > 0, f"{name} does not use wgmma"
     for name, e in report.items():  # launch_dependents and wait in the PDL builds only
         assert e["griddepcontrol"] == (2 if name.endswith(".pdl") else 0), name
+
+
+AOT_TILED_SCRIPT = r"""
+import json
+from atlas.build_engine.kernels import compile_kernel
+from atlas.plugins_trt.quant_linear import triton_gemm as GM, triton_gemv as GV
+
+N, K = 4096, 4096
+T = {"TILED": True}
+gemv = {"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
+gemm = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+deq = {**GM.CONFIGS_nvfp4_dequant[0], **T}
+cases = {
+    "gemv.BM1.row": (GV.signature_nvfp4_gemv(gemv, N, K, pdl=True), GV.grid_gemv(gemv, N)),
+    "gemv.BM1.tiled": (GV.signature_nvfp4_gemv({**gemv, **T}, N, K, pdl=True), GV.grid_gemv(gemv, N)),
+    "gemm.tiled": (GM.signature_nvfp4_gemm({**gemm, **T}, N, K), GM.grid_gemm(gemm, 2048, N)),
+    "dequant.tiled": (GM.signature_nvfp4_dequant(deq, N, K), GM.grid_nvfp4_dequant(deq, 4096, K)),
+}
+report = {}
+for name, (sig, grid) in cases.items():
+    built = compile_kernel(sig.kernel_spec(name, grid))  # the build stage's path (KernelSpec checks the constexprs)
+    k = GV.compile_aot(sig)
+    assert built.cubin == k.asm["cubin"] and len(k.asm["cubin"]) > 0, name
+    ptx = k.asm["ptx"]
+    report[name] = {"v4": ptx.count("ld.global.v4."), "nc_v4": ptx.count("ld.global.nc.v4"),
+                    "tiled": sig.constexprs["TILED"]}
+print(json.dumps(report))
+"""
+
+
+def test_aot_compile_sm90_tiled(tmp_path):
+    """TILED kernels compile for sm_90 through the build stage's KernelSpec; the BLOCK_M 1 GEMV still loads its
+    weights 16 bytes at a time (as many ld.global.v4 as the row-major build); a config without "TILED" compiles
+    with the default (False)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    proc = subprocess.run([sys.executable, "-c", AOT_TILED_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, e in report.items():
+        print(f"{name:16s} ld.global.v4 {e['v4']:>2}  ld.global.nc.v4 {e['nc_v4']:>2}  TILED {e['tiled']}")
+        assert e["tiled"] == name.endswith(".tiled"), name
+    row, tiled = (report[n]["v4"] + report[n]["nc_v4"] for n in ("gemv.BM1.row", "gemv.BM1.tiled"))
+    assert tiled >= row > 0, f"the TILED GEMV lost its 16-byte weight loads: {tiled} against {row} row-major"
 
 
 # ---- GPU ------------------------------------------------------------------------------------------------------

@@ -1,0 +1,119 @@
+"""NVFP4 linears in the tiled weight order (plugins_trt/quant_linear/layout.py): the build's plan, CudaLinear's
+re-ordering at load, and (GPU) every kernel way that reads the order against the fp32 reference."""
+
+import pytest
+import torch
+
+from atlas.build_engine.builder import BuildConfig, build
+from atlas.build_engine.linear_kernels import gemv_candidates, is_tiled, tiled_configs
+from atlas.plugins_trt.quant_linear import triton_gemm as GM
+from atlas.plugins_trt.quant_linear import triton_gemv as GV
+
+
+@pytest.fixture(scope="module")
+def tiled_engine(tmp_path_factory):
+    """tiny-llama-wide: every linear of whole 128 x 128 tiles, so every one runs tiled."""
+    return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("tiled") / "e", dtype="nvfp4",
+                             device="cuda", autotune=False, progress=False))
+
+
+def test_tiled_order_only_for_whole_tiles():
+    assert is_tiled("nvfp4", 6144, 4096) and is_tiled("nvfp4", 128, 256)
+    assert not is_tiled("nvfp4", 192, 4096) and not is_tiled("nvfp4", 4096, 4160) and not is_tiled("fp8", 128, 128)
+
+
+def test_tiled_configs_read_whole_tile_rows():
+    """What tiled_configs keeps: blocks of whole tile rows (the wgmma GEMM also half rows), no Gluon cp.async ring;
+    every way of the GEMV and GEMM keeps some configs."""
+    gemv = tiled_configs(GV.CONFIGS_nvfp4_gemv)
+    assert gemv and all(c["TILED"] and c["BLOCK_K"] % 128 == 0 for c in gemv)
+    assert not any(c.get("GLUON") and c.get("PIPE", 1) > 2 for c in gemv)
+    assert {bool(c.get("GLUON")) for c in gemv} == {True, False} and {c["BLOCK_M"] for c in gemv} == {1, 2, 4, 8, 16}
+    gemm = tiled_configs(GM.gemm_candidates("nvfp4", 4096, 4096))
+    assert all(c["TILED"] for c in gemm)
+    assert any(c.get("WGMMA") for c in gemm) and any(c.get("DEQUANT") for c in gemm)
+    assert any(not c.get("WGMMA") and not c.get("DEQUANT") for c in gemm)
+
+
+def test_tiled_engine_plan(tiled_engine):
+    """Every bucket of every linear of the engine is compiled for the tiled order; the weights on disk stay
+    row-major (the CPU reference reads them)."""
+    plan = tiled_engine.manifest["linear_kernels"]
+    assert plan
+    for key, entry in plan.items():
+        for bucket, item in entry.items():
+            assert item["config"].get("TILED"), (key, bucket)
+            if item["config"].get("DEQUANT"):
+                assert item["rows"] % 128 == 0, item
+    table = tiled_engine.manifest["kernels"]["kernels"]
+    gemvs = [table[e["1"]["kernel"]] for e in plan.values()]
+    assert all(k["constexprs"].get("TILED") for k in gemvs)
+
+
+def test_cuda_linear_refuses_a_mixed_plan():
+    from atlas.runtime.errors import EngineError
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    t = {"weight": torch.zeros(128, 64, dtype=torch.uint8),
+         "weight_scale": torch.zeros(128, 8, dtype=torch.uint8).view(torch.float8_e4m3fn),
+         "weight_scale_2": torch.ones(128)}
+    plan = {"1": {"config": {"TILED": True}}, "64": {"config": {}}}
+    with pytest.raises(EngineError, match="mixes tiled and row-major"):
+        CudaLinear("nvfp4", t, object(), plan)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 16, 64, 300])
+def test_tiled_engine_linears_match_reference(m, tiled_engine):
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    check_engine_linears(tiled_engine, m)
+
+
+def _weights(n, k, seed):
+    from atlas.build_engine.quantize.quantizer import quantize
+    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+    from atlas.plugins_trt.quant_linear.reference import dequantize
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4")
+    ref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)
+    w, ws = tile_nvfp4(q.weight, q.weight_scale)
+    return w, ws, q.weight_scale_2, ref, g
+
+
+def _ids(configs):
+    return ["-".join(f"{k}{v}" for k, v in c.items() if k not in ("TILED", "num_stages")) for c in configs]
+
+
+_GEMV = [c for b in (1, 4, 16) for c in gemv_candidates(tiled_configs(GV.CONFIGS_nvfp4_gemv), b, 6144, 16, 4096)]
+_GEMM = tiled_configs(GM.gemm_candidates("nvfp4", 6144, 4096))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _GEMV, ids=_ids(_GEMV))
+def test_tiled_gemv_gpu(config):
+    """Each tiled GEMV candidate the build would time, at a real shape (Llama-3.1-8B qkv) and at N = 384 (the
+    last row tile of a 256-row program is past N), with PDL, against the fp32 reference; output poisoned first."""
+    for n, k in ((6144, 4096), (384, 2048)):
+        w, ws, ws2, ref_w, g = _weights(n, k, n + k)
+        m = config["BLOCK_M"] - (config["BLOCK_M"] > 2)  # a partial bucket where there is one
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        y = GV.launch_nvfp4_gemv(x, w, ws, ws2, config, out=out, pdl=True)
+        ref = x.float() @ ref_w.T
+        err = float((y.float() - ref).norm() / ref.norm())
+        assert err < 1e-2, (n, k, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _GEMM, ids=_ids(_GEMM))
+def test_tiled_gemm_gpu(config):
+    """Each tiled GEMM candidate (Triton tiles, dequantize + cuBLAS, the wgmma kernel) at a real shape, M 300."""
+    n, k, m = 6144, 4096, 300
+    w, ws, ws2, ref_w, g = _weights(n, k, 7)
+    x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    y = GM.launch_nvfp4_gemm(x, w, ws, ws2, config)
+    ref = x.float() @ ref_w.T
+    err = float((y.float() - ref).norm() / ref.norm())
+    assert err < 1e-2, err
