@@ -76,10 +76,11 @@ def _weights(n, k, seed):
     from atlas.plugins_trt.quant_linear.reference import dequantize
 
     g = torch.Generator(device="cuda").manual_seed(seed)
-    q = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4")
-    ref = dequantize("nvfp4", q.weight, q.weight_scale, q.weight_scale_2)
-    w, ws = tile_nvfp4(q.weight, q.weight_scale)
-    return w, ws, q.weight_scale_2, ref, g
+    q = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4")  # the quantizer answers on the CPU
+    w, ws, ws2 = (t.cuda() for t in (q.weight, q.weight_scale, q.weight_scale_2))
+    ref = dequantize("nvfp4", w, ws, ws2)
+    w, ws = tile_nvfp4(w, ws)
+    return w, ws, ws2, ref, g
 
 
 def _ids(configs):
