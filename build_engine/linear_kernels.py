@@ -178,11 +178,6 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
                 sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
                 item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
-                if cfg["SPLIT_K"] > 1:
-                    rcfg = gemv.CONFIGS_splitk_reduce[0]
-                    rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
-                    item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
-                                         gemv.grid_splitk_reduce(rcfg, bucket, n))
             elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
                 from atlas.plugins_trt.quant_linear import gluon_gemm
                 item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",
@@ -200,5 +195,10 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                     qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
                     item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
                                         gemm.grid_quantize_rows_fp8(qcfg, bucket))
+            if cfg.get("SPLIT_K", 1) > 1:  # fp32 partials, summed (+ bias) by the split-K reduction
+                rcfg = gemv.CONFIGS_splitk_reduce[0]
+                rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
+                item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
+                                     gemv.grid_splitk_reduce(rcfg, bucket, n))
             entry[str(bucket)] = item
     return compiled, plan

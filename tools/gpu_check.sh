@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -42,6 +42,22 @@ if [ "$what" = tiledall ]; then  # the tiled NVFP4 order: its GPU tests (every w
         | tee "$out/pytest_tiled_gpu.log" | tail -8
     bash "$0" gemmtests
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -52
+fi
+if [ "$what" = profile ]; then  # Nsight Compute on the slowest NVFP4 cases: the wgmma GEMM at 27B down M 256, the
+    # Gluon GEMV at 8B qkv M 16, 27B gate_up M 1 and M 16 (tiled weights, the configs gemm.json picked)
+    t='"num_stages": 1, "TILED": true'
+    for case in "qwen3.5-27b.down 256 {\"WGMMA\": true, \"BLOCK_M\": 256, \"BLOCK_N\": 64, \"BLOCK_K\": 64, \"STAGES\": 4, \"num_warps\": 4, \"W_SMEM\": true, $t}" \
+        "llama-3.1-8b.qkv 16 {\"BLOCK_M\": 16, \"BLOCK_N\": 128, \"BLOCK_K\": 128, \"SPLIT_K\": 8, \"num_warps\": 4, \"GLUON\": true, \"PIPE\": 1, $t}" \
+        "qwen3.5-27b.gate_up 1 {\"BLOCK_M\": 1, \"BLOCK_N\": 64, \"BLOCK_K\": 256, \"SPLIT_K\": 4, \"num_warps\": 4, \"GLUON\": true, \"PIPE\": 1, \"UNROLL\": 2, $t}" \
+        "qwen3.5-27b.gate_up 16 {\"BLOCK_M\": 16, \"BLOCK_N\": 256, \"BLOCK_K\": 128, \"SPLIT_K\": 8, \"num_warps\": 4, \"GLUON\": true, \"PIPE\": 1, $t}"; do
+        set -- $case; name="$1_$2"
+        ncu --clock-control none --kernel-name regex:"nvfp4_(gemv_mma|gemm_wgmma)" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section SourceCounters python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" \
+            > "$out/ncu_$name.txt" 2>&1
+        grep -a "rel error\|Duration\|Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Issued Warp\|No Eligible\|Stall" "$out/ncu_$name.txt" | head -24
+    done
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30

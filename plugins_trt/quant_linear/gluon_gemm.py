@@ -82,7 +82,7 @@ def _row_ptrs(w_ptr, ws_ptr, rows, srows, cols, scols, K, stride_wn, stride_sn, 
 
 
 @gluon.jit
-def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN: gl.constexpr, BK: gl.constexpr,
+def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, b_lo, b_hi, BN: gl.constexpr, BK: gl.constexpr,
           KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
           TILED: gl.constexpr):
     """Block kb: refill the x slot of block kb - 2 with block kb + S - 2 (every warpgroup is past its wait for block
@@ -94,19 +94,21 @@ def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN: gl.const
     async_copy.wait_group(S - 3)  # block kb's x (this thread's copies) has landed
     fence_async_shared()           # ... visible to the wgmma (async proxy)
     gl.thread_barrier()            # everyone's copies are in; every warpgroup has waited for block kb - 2's wgmma
-    async_copy.async_copy_global_to_shared(x_s.index((kb + S - 2) % S), x_rows + gl.minimum(kb + S - 2, nb - 1) * BK)
+    it = kb - b_lo  # slots count from the split's first block (the prologue filled slot i with block b_lo + i)
+    async_copy.async_copy_global_to_shared(x_s.index((it + S - 2) % S),
+                                           x_rows + gl.minimum(kb + S - 2, b_hi - 1) * BK)
     async_copy.commit_group()
     a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL)
-    nxt = gl.minimum(kb + 1, nb - 1)  # the next block's weights, in registers while this one multiplies
+    nxt = gl.minimum(kb + 1, b_hi - 1)  # the next block's weights, in registers while this one multiplies
     wd = gl.load(w_rows + _woff(nxt, BK, TILED))
     sr = gl.load(s_rows + _soff(nxt, BK, TILED))
-    acc = warpgroup_mma(a, x_s.index(kb % S).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(a, x_s.index(it % S).permute((1, 0)), acc, is_async=True)
     acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
     return acc, a, a_prev, wd, sr
 
 
 @gluon.jit
-def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN: gl.constexpr, BK: gl.constexpr,
+def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, b_lo, b_hi, BN: gl.constexpr, BK: gl.constexpr,
                KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr,
                pL: gl.constexpr, aL: gl.constexpr, TILED: gl.constexpr):
     """_step with the weights and scales in the cp.async ring beside x (W_SMEM): refill slot kb - 2 with block
@@ -115,16 +117,17 @@ def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN: gl.conste
     async_copy.wait_group(S - 3)
     fence_async_shared()
     gl.thread_barrier()
-    slot = (kb + S - 2) % S
-    nxt = gl.minimum(kb + S - 2, nb - 1)
+    it = kb - b_lo  # slots count from the split's first block
+    slot = (it + S - 2) % S
+    nxt = gl.minimum(kb + S - 2, b_hi - 1)
     async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + nxt * BK)
     async_copy.async_copy_global_to_shared(w_s.index(slot), wp + _woff(nxt, BK, TILED))
     async_copy.async_copy_global_to_shared(s_s.index(slot), sp + _soff(nxt, BK, TILED))
     async_copy.commit_group()
-    wd = w_s.index(kb % S).load(wL)
-    sr = s_s.index(kb % S).load(sL).to(gl.float8e4nv, bitcast=True)
+    wd = w_s.index(it % S).load(wL)
+    sr = s_s.index(it % S).load(sL).to(gl.float8e4nv, bitcast=True)
     a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL)
-    acc = warpgroup_mma(a, x_s.index(kb % S).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(a, x_s.index(it % S).permute((1, 0)), acc, is_async=True)
     acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
     return acc, a, a_prev
 
@@ -134,13 +137,17 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
                             M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                            W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False):
+                            W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False, SPLIT_K: gl.constexpr = 1):
     """out[M, N] = x @ W^T (+ bias) (+ residual), x given k-permuted (permute_k). Grid (cdiv(N, BLOCK_N) *
     cdiv(M, BLOCK_M),), M tiles fastest (neighbouring programs share a weight tile). K % (2 BLOCK_K) == 0; BLOCK_N a
     multiple of 16 x num_warps; BLOCK_M 64..256, a multiple of 64 up to 256; STAGES >= 3 x slots (prefetch
     distance STAGES - 2 blocks). W_SMEM: the weight words and scales go through the same ring (_step_smem)
     instead of one block ahead in registers, whose load latency (about 1 us) one block's wgmma does not cover.
-    TILED: the weights in the engine's tiled order (layout.tile_nvfp4; N % 128 == K % 128 == 0), strides ignored."""
+    TILED: the weights in the engine's tiled order (layout.tile_nvfp4; N % 128 == K % 128 == 0), strides ignored.
+    SPLIT_K > 1: grid (tiles, SPLIT_K); program (t, s) takes the s-th of SPLIT_K equal K ranges (K % (2 BLOCK_K
+    SPLIT_K) == 0) and writes fp32 partials to out_ptr [SPLIT_K, M, N] (stride_om = N) without bias or residual,
+    which triton_gemv.splitk_reduce_kernel sums and adds: for shapes with fewer tiles than SMs (27B down at M 256:
+    80 programs of 64 x 256 on 132 SMs)."""
     NW: gl.constexpr = gl.num_warps()
     BN: gl.constexpr = BLOCK_N
     BM: gl.constexpr = BLOCK_M
@@ -156,10 +163,12 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])  # 16-byte copies
 
-    pid = gl.program_id(0)
+    pid, pk = gl.program_id(0), gl.program_id(1)
     n_m = gl.cdiv(M, BM)
     pid_n, pid_m = pid // n_m, pid % n_m
-    nb = K // BK
+    per = K // BK // SPLIT_K  # even (supports): the loops below take two blocks a step
+    b_lo = pk * per
+    b_hi = b_lo + per
 
     rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
     srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
@@ -183,28 +192,28 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
         wp, sp = _row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
                            gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
                            gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
-        for i in gl.static_range(S - 2):  # prologue: blocks 0 .. S - 3 (clamped; an extra copy is harmless)
-            kb0 = gl.minimum(i, nb - 1)
+        for i in gl.static_range(S - 2):  # prologue: blocks b_lo .. b_lo + S - 3 (clamped; an extra copy is harmless)
+            kb0 = gl.minimum(b_lo + i, b_hi - 1)
             async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + kb0 * BK)
             async_copy.async_copy_global_to_shared(w_s.index(i), wp + _woff(kb0, BK, TILED))
             async_copy.async_copy_global_to_shared(s_s.index(i), sp + _soff(kb0, BK, TILED))
             async_copy.commit_group()
-        for kb in range(0, nb, 2):  # unrolled by two, as below
-            acc, a0, a1 = _step_smem(acc, a1, x_s, w_s, s_s, x_rows, wp, sp, kb, nb, BN, BK, KW, RP, S, wL, sL, pL,
-                                     aL, TILED)
-            acc, a1, a0 = _step_smem(acc, a0, x_s, w_s, s_s, x_rows, wp, sp, kb + 1, nb, BN, BK, KW, RP, S, wL, sL,
-                                     pL, aL, TILED)
+        for kb in range(b_lo, b_hi, 2):  # unrolled by two, as below
+            acc, a0, a1 = _step_smem(acc, a1, x_s, w_s, s_s, x_rows, wp, sp, kb, b_lo, b_hi, BN, BK, KW, RP, S, wL,
+                                     sL, pL, aL, TILED)
+            acc, a1, a0 = _step_smem(acc, a0, x_s, w_s, s_s, x_rows, wp, sp, kb + 1, b_lo, b_hi, BN, BK, KW, RP, S,
+                                     wL, sL, pL, aL, TILED)
     else:
-        for i in gl.static_range(S - 2):  # prologue: x of blocks 0 .. S - 3 (clamped; an extra copy is harmless)
-            async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + gl.minimum(i, nb - 1) * BK)
+        for i in gl.static_range(S - 2):  # prologue: x of blocks b_lo .. b_lo + S - 3 (clamped)
+            async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + gl.minimum(b_lo + i, b_hi - 1) * BK)
             async_copy.commit_group()
-        wd = gl.load(w_rows)
-        sr = gl.load(s_rows)
-        for kb in range(0, nb, 2):  # unrolled by two: the A operands of even and odd blocks are different values
-            acc, a0, a1, wd, sr = _step(acc, a1, wd, sr, x_s, x_rows, w_rows, s_rows, kb, nb, BN, BK, KW, RP, S, wL,
-                                        pL, aL, TILED)
-            acc, a1, a0, wd, sr = _step(acc, a0, wd, sr, x_s, x_rows, w_rows, s_rows, kb + 1, nb, BN, BK, KW, RP, S,
-                                        wL, pL, aL, TILED)
+        wd = gl.load(w_rows + _woff(b_lo, BK, TILED))
+        sr = gl.load(s_rows + _soff(b_lo, BK, TILED))
+        for kb in range(b_lo, b_hi, 2):  # unrolled by two: the A operands of even and odd blocks are different values
+            acc, a0, a1, wd, sr = _step(acc, a1, wd, sr, x_s, x_rows, w_rows, s_rows, kb, b_lo, b_hi, BN, BK, KW, RP,
+                                        S, wL, pL, aL, TILED)
+            acc, a1, a0, wd, sr = _step(acc, a0, wd, sr, x_s, x_rows, w_rows, s_rows, kb + 1, b_lo, b_hi, BN, BK, KW,
+                                        RP, S, wL, pL, aL, TILED)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     async_copy.wait_group(0)
 
@@ -215,40 +224,45 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     cm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
     y = y * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode
     mask = (cn < N)[:, None] & (cm < M)[None, :]
-    if HAS_BIAS:
-        y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
-    if HAS_RESIDUAL:
-        y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
-    gl.store(out_ptr + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty), mask=mask)
+    if SPLIT_K == 1:  # else the split-K reduction adds them
+        if HAS_BIAS:
+            y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
+        if HAS_RESIDUAL:
+            y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
+    gl.store(out_ptr + pk * M * stride_om + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
 
 
-WGMMA_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M)", "1", "1")
+WGMMA_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M)", "SPLIT_K", "1")
 
 
 def grid_wgmma(config: dict, M: int, N: int) -> tuple[int, int, int]:
-    return (-(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"]), 1, 1)
+    return (-(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"]), config.get("SPLIT_K", 1), 1)
 
 
 def wgmma_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
+    split = config.get("SPLIT_K", 1)
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
-            "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
-            "W_SMEM": config.get("W_SMEM", False), "TILED": bool(config.get("TILED"))}
+            "STAGES": config["STAGES"], "HAS_BIAS": has_bias and split == 1, "HAS_RESIDUAL": has_residual and split == 1,
+            "W_SMEM": config.get("W_SMEM", False), "TILED": bool(config.get("TILED")), "SPLIT_K": split}
 
 
 def supports(config: dict, K: int) -> bool:
-    """Whether a WGMMA config can serve K: its K loop is unrolled by two blocks, and W_SMEM's 4-byte cp.async of the
-    block scales needs their row stride (K / 16 bytes) 16-byte aligned (Triton 3.6 fails to compile it otherwise,
-    e.g. K 128, 384, 1152)."""
-    return K % (2 * config["BLOCK_K"]) == 0 and not (config.get("W_SMEM") and K % 256)
+    """Whether a WGMMA config can serve K: its K loop is unrolled by two blocks (in each of SPLIT_K equal ranges),
+    and W_SMEM's 4-byte cp.async of the block scales needs their row stride (K / 16 bytes) 16-byte aligned (Triton
+    3.6 fails to compile it otherwise, e.g. K 128, 384, 1152)."""
+    return K % (2 * config["BLOCK_K"] * config.get("SPLIT_K", 1)) == 0 and not (config.get("W_SMEM") and K % 256)
 
 
 def signature_nvfp4_gemm_wgmma(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
     """AotSignature of nvfp4_gemm_wgmma_kernel for a contiguous [N, K] weight (M stays a run-time argument); x_ptr is
-    the k-permuted activation (permute_k with BLOCK_K)."""
+    the k-permuted activation (permute_k with BLOCK_K); out_ptr '*fp32' partials [SPLIT_K, M, N] when SPLIT_K > 1
+    (followed by splitk_reduce_kernel, which adds the bias and residual)."""
     from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
 
+    out = "*fp32" if config.get("SPLIT_K", 1) > 1 else "*bf16"
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+             "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     return aot_signature(nvfp4_gemm_wgmma_kernel, types, ints, wgmma_constexprs(config, has_bias, has_residual),
@@ -281,21 +295,27 @@ def launch_nvfp4_gemm_wgmma(x: torch.Tensor, weight: torch.Tensor, weight_scale:
                             residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
                             x_perm: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; config: BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps,
-    num_stages (1). x_perm: a preallocated [M, K] bf16 buffer for the permuted x (allocated when None)."""
+    num_stages (1), optional W_SMEM, TILED, SPLIT_K (fp32 partials, then triton_gemv's split-K reduction). x_perm:
+    a preallocated [M, K] bf16 buffer for the permuted x (allocated when None)."""
     M, K = x.shape
     N = weight.shape[0]
     if not supports(config, K):
-        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K) == 0 (and K % 256 == 0 with W_SMEM), got K = {K}, "
-                         f"config {config}")
+        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K SPLIT_K) == 0 (and K % 256 == 0 with W_SMEM), got "
+                         f"K = {K}, config {config}")
     xp = permute_k(x, config["BLOCK_K"], x_perm)
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
     if M == 0:
         return out
     res = residual if residual is not None else out
+    split = config.get("SPLIT_K", 1)
+    dst = out if split == 1 else torch.empty(split, M, N, dtype=torch.float32, device=x.device)
     nvfp4_gemm_wgmma_kernel[grid_wgmma(config, M, N)](
-        xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, out, M, N, K,
-        xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
+        xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, dst, M, N, K,
+        xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), N if split > 1 else out.stride(0),
         **wgmma_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
         num_stages=config["num_stages"])
+    if split > 1:
+        from atlas.plugins_trt.quant_linear.triton_gemv import CONFIGS_splitk_reduce, launch_splitk_reduce
+        launch_splitk_reduce(dst, out, CONFIGS_splitk_reduce[0], bias, residual)
     return out

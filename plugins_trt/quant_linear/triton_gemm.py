@@ -256,6 +256,11 @@ CONFIGS_nvfp4_wgmma = [
     for bm, bn, bk, st, w in [(256, 64, 64, 4, 4), (128, 64, 64, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 5, 4),
                               (256, 128, 64, 4, 8), (128, 128, 64, 5, 8), (128, 128, 128, 4, 8), (64, 128, 128, 5, 8),
                               (128, 256, 64, 4, 8), (64, 256, 64, 4, 8)]
+] + [
+    {"WGMMA": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1,
+     "W_SMEM": True, "SPLIT_K": sk}
+    for bm, bn, bk, st, w, sk in [(128, 64, 64, 4, 4, 2), (256, 64, 64, 4, 4, 2), (128, 64, 64, 4, 4, 4),
+                                  (128, 128, 128, 4, 8, 2)]
 ]
 """nvfp4 at M >= 64 through gluon_gemm.nvfp4_gemm_wgmma_kernel (wgmma, the decoded weights as its register operand;
 K % (2 BLOCK_K) == 0 only: gemm_candidates drops it elsewhere), the weights through the shared-memory ring
@@ -264,8 +269,11 @@ nvfp4_wgmma_gemm.json: 27B gate_up M 256 205.3 against 226.6 us, M 64 91.1 again
 rows a CTA, untimed) are there for the L2 traffic of x: every CTA reads its token tile's whole x, so x crosses L2
 N / BLOCK_N times (27B gate_up M 256: 1.43 GB at BLOCK_N 64, 0.36 GB at 256: ~140 against ~35 us at ~10 TB/s).
 Measured since (tools/results/gemm.json, nvfp4_wgmma_gemm_m256.json): both are slower (27B gate_up M 256 312 and
-399 us against 204 at 128 x 64), so the x traffic is not what bounds the kernel. A SPLIT_K form (fp32 partials and
-the split-K reduction, commit 61d7aa0) lost on every shape too (27B down 204 against 160 us) and was taken out."""
+399 us against 204 at 128 x 64), so the x traffic is not what bounds the kernel.
+SPLIT_K (fp32 partials + the split-K reduction): the shapes with few tiles leave SMs idle (27B down at M 256: 80 tiles
+of 64 x 256 on 132 SMs, ncu: 0.61 waves, one warpgroup an SM issuing 0.2 a cycle, tools/results/ncu_wgmma_27b_down_
+m256.txt). Commit 61d7aa0 split only the 128 x 256 8-warp tile (365 -> 204 us at 27B down, still slower than the
+best unsplit 160) and was taken out; these split the best unsplit tiles."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA")."""

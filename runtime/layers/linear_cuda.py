@@ -57,8 +57,9 @@ class CudaLinear:
         self.kernels.launch(name, None, *(args[p] for p, _ in params))
 
     def _launch_split(self, entry: dict, out: torch.Tensor, **args) -> None:
-        """A GEMV bucket's kernel into out, or with SPLIT_K > 1 into fp32 partials the reduction sums (+ bias)."""
-        split = entry["config"]["SPLIT_K"]
+        """A bucket's kernel (a GEMV, or the wgmma GEMM) into out, or with SPLIT_K > 1 into fp32 partials the reduction
+        sums (+ bias)."""
+        split = entry["config"].get("SPLIT_K", 1)
         if split == 1:
             self._launch(entry["kernel"], out_ptr=out, **args)
             return
@@ -105,7 +106,7 @@ class CudaLinear:
             from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k
 
             xp = permute_k(x, entry["config"]["BLOCK_K"])
-            self._launch(entry["kernel"], x_ptr=xp, out_ptr=out, **{**common, "stride_xm": xp.stride(0)})
+            self._launch_split(entry, out, x_ptr=xp, **{**common, "stride_xm": xp.stride(0)})
         elif self.fmt == "nvfp4":
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
         else:  # W8A8: quantize activations per row, then the FP8 tensor-core GEMM

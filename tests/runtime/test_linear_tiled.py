@@ -17,6 +17,22 @@ def tiled_engine(tmp_path_factory):
                              device="cuda", autotune=False, progress=False))
 
 
+@pytest.fixture(scope="module")
+def split_engine(tmp_path_factory):
+    """tiny-llama-wide whose GEMM buckets take the wgmma kernel split in two along K where K allows it (K 256, the
+    down projection) and a Triton tile elsewhere."""
+    wg = {**next(c for c in GM.CONFIGS_nvfp4_wgmma if c.get("SPLIT_K") == 2 and c["BLOCK_K"] == 64)}
+    tile = next(c for c in GM.CONFIGS_nvfp4_gemm if not c.get("DEQUANT") and not c.get("WGMMA")
+                and c["BLOCK_K"] % 128 == 0)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(GM, "CONFIGS_nvfp4_gemm", [wg, tile])
+    try:
+        return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("split") / "e", dtype="nvfp4",
+                                 device="cuda", autotune=False, progress=False))
+    finally:
+        mp.undo()
+
+
 def test_tiled_order_only_for_whole_tiles():
     assert is_tiled("nvfp4", 6144, 4096) and is_tiled("nvfp4", 128, 256)
     assert not is_tiled("nvfp4", 192, 4096) and not is_tiled("nvfp4", 4096, 4160) and not is_tiled("fp8", 128, 128)
@@ -50,6 +66,24 @@ def test_tiled_engine_plan(tiled_engine):
     assert all(k["constexprs"].get("TILED") for k in gemvs)
 
 
+def test_split_wgmma_in_the_plan(split_engine):
+    """A split wgmma bucket names the kernel (fp32 partials) and the split-K reduction; K that two even halves of
+    BLOCK_K pairs cannot split keeps the tile."""
+    table = split_engine.manifest["kernels"]["kernels"]
+    seen = 0
+    for key, entry in split_engine.manifest["linear_kernels"].items():
+        k = int(key.split("x")[1])
+        for bucket in ("64", "256", "2048"):
+            item = entry[bucket]
+            split = item["config"].get("SPLIT_K", 1)
+            assert (split == 2) == (k % 256 == 0), (key, item["config"])
+            if split == 2:
+                seen += 1
+                assert item["kernel"].startswith("nvfp4_wgmma.") and item["reduce"] in table
+                assert dict(table[item["kernel"]]["params"])["out_ptr"] == "*fp32"
+    assert seen
+
+
 def test_cuda_linear_refuses_a_mixed_plan():
     from atlas.runtime.errors import EngineError
     from atlas.runtime.layers.linear_cuda import CudaLinear
@@ -68,6 +102,14 @@ def test_tiled_engine_linears_match_reference(m, tiled_engine):
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     check_engine_linears(tiled_engine, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [64, 300])
+def test_split_engine_linears_match_reference(m, split_engine):
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    check_engine_linears(split_engine, m)
 
 
 def _weights(n, k, seed):
