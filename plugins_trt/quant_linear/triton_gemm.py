@@ -271,9 +271,10 @@ N / BLOCK_N times (27B gate_up M 256: 1.43 GB at BLOCK_N 64, 0.36 GB at 256: ~14
 Measured since (tools/results/gemm.json, nvfp4_wgmma_gemm_m256.json): both are slower (27B gate_up M 256 312 and
 399 us against 204 at 128 x 64), so the x traffic is not what bounds the kernel.
 SPLIT_K (fp32 partials + the split-K reduction): the shapes with few tiles leave SMs idle (27B down at M 256: 80 tiles
-of 64 x 256 on 132 SMs, ncu: 0.61 waves, one warpgroup an SM issuing 0.2 a cycle, tools/results/ncu_wgmma_27b_down_
-m256.txt). Commit 61d7aa0 split only the 128 x 256 8-warp tile (365 -> 204 us at 27B down, still slower than the
-best unsplit 160) and was taken out; these split the best unsplit tiles."""
+of 64 x 256 on 132 SMs; ncu: 0.61 waves, one warpgroup an SM issuing 0.2 a cycle,
+tools/results/ncu_nvfp4_qwen3.5-27b.down_256.txt). Commit 61d7aa0 split only the 128 x 256 8-warp tile (365 -> 204 us
+at 27B down, still slower than the best unsplit 160) and was taken out; these split the best unsplit tiles: 128 x 64
+x 64 at SPLIT_K 4 takes 27B down M 256 from 156.8 to 122.9 us (tools/results/gemm.json)."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA")."""
