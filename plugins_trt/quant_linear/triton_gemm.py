@@ -242,13 +242,15 @@ CONFIGS_nvfp4_gemm = [
     ]
 ]
 CONFIGS_nvfp4_dequant = [
-    {"DEQUANT": True, "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": chunk, "num_warps": 4, "num_stages": 1}
-    for chunk in (1 << 24, 1 << 25)  # weight elements dequantized per cuBLAS call: 32 / 64 MB of bf16
-] + [{"DEQUANT": True, "PACK": True, "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": 1 << 24, "num_warps": 4,
-      "num_stages": 1}]
+    {"DEQUANT": True, "PACK": pack, "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": chunk, "num_warps": 4, "num_stages": 1}
+    for pack, chunk in ((True, 1 << 26), (False, 1 << 26), (True, 1 << 25), (False, 1 << 25), (True, 1 << 24))
+]  # CHUNK: weight elements dequantized per cuBLAS call, 32 / 64 / 128 MB of bf16
 """nvfp4 at large M, the other way: nvfp4_dequant_kernel writes CHUNK elements' worth of rows as bf16 into a
 workspace and cuBLAS multiplies them (nvfp4_dequant_linear). Costs 2.56 bytes a weight element of traffic
-(~110 us for the 27B gate_up), so it pays where the GEMM is MMA-bound: M of a few hundred and up."""
+(~110 us for the 27B gate_up), so it pays where the GEMM is MMA-bound: M of a few hundred and up. H200
+(tools/results/nvfp4_dequant.json): the kernel runs at 0.75 of the copy bandwidth (PACK, 32 x 256, 4 warps; wider
+tiles are slower), and larger chunks pay at M 2048 (fewer, wider cuBLAS calls): 27B gate_up 1120.7 / 1088.8 /
+1045.7 us at 2^24 / 2^25 / 2^26 elements (0.82 / 0.84 / 0.87x cuBLAS), 8B down 0.84 / 0.86 / 0.88x."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_dequant
 CONFIGS_nvfp4_wgmma = [
     {"WGMMA": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1,
