@@ -32,6 +32,7 @@ from atlas.plugins_trt.quant_linear import triton_gemm as gemm
 from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
 from atlas.plugins_trt.quant_linear.reference import dequantize
+from atlas.tools.bench.read import read_ceiling
 from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info, graph_time
 
 SHAPES = {  # name -> (N, K)
@@ -75,18 +76,6 @@ def to_cuda(q):
                                      for f in ("weight", "weight_scale", "weight_scale_2") if getattr(q, f) is not None})
 
 
-def read_ceiling(nbytes: int, bandwidth: float) -> float:
-    """The fraction of the copy bandwidth a plain read of nbytes reaches (torch's row sums over rotated buffers,
-    outputs 1/1024 of the input): what a GEMV of these weight bytes could reach at best, launch and ramp-up
-    included (small layers pay them on a 2-10 us floor)."""
-    n = max(nbytes // 4 // 1024, 1)
-    bufs = [torch.empty(n, 1024, device="cuda").normal_() for _ in range(copies_for(nbytes))]
-    out = torch.empty(n, device="cuda")
-    t = graph_time([lambda b=b: torch.sum(b, dim=1, out=out) for b in bufs], repeats=30)
-    del bufs
-    return n * 1024 * 4 / t / bandwidth
-
-
 def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: bool = True) -> list[dict]:
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()))
     w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
@@ -104,7 +93,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
     q4s = [q4] + [to_cuda(q4) for _ in range(copies["nvfp4"] - 1)]
     q8s = [q8] + [to_cuda(q8) for _ in range(copies["fp8"] - 1)]
     rows = []
-    ceiling = {f: read_ceiling(bytes_w[f], bandwidth) for f in ("nvfp4", "fp8")}  # same bytes, read only
+    ceiling = {f: read_ceiling(bytes_w[f], bandwidth) for f in ("nvfp4", "fp8")}  # same bytes, only read
     for m in MS:
         x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         io = m * k * 2 + m * n * 2
@@ -186,7 +175,8 @@ def summarize(rows: list[dict]) -> dict:
         "nvfp4_m256_speedup": min(r["nvfp4"]["speedup_vs_cublas"] for r in m256),
         "how": "speedups are cuBLAS BF16 time / Atlas time; M=1 over the two Qwen3.5-27B MLP shapes (min); "
                "M=256 min over all shapes; GEMV bandwidth min over every shape, M 1..16 and format; "
-               "read ceiling: a plain read of the same bytes (torch row sums), the smallest over those cases; "
+               "read ceiling: a kernel that only reads the same bytes, chained with PDL and every load before the wait "
+               "(tools/bench/read.py), the smallest over those cases; "
                "GEMVs launched as the engine launches them (pdl: programmatic dependent launch, each GEMV's "
                "launch and ramp-up overlapping the kernel before it in the graph; seconds_without_pdl: plain)",
     }

@@ -17,31 +17,7 @@ import os
 
 import numpy as np
 
-import triton
-import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-
-@triton.jit
-def read_kernel(src, out, BLOCK: tl.constexpr, ITERS: tl.constexpr, PRE: tl.constexpr, PDL: tl.constexpr):
-    pid = tl.program_id(0)
-    base = src + pid.to(tl.int64) * (ITERS * BLOCK)
-    offs = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.int32)
-    if PDL:
-        gdc_launch_dependents()
-    for i in tl.static_range(PRE):
-        acc ^= tl.load(base + i * BLOCK + offs)
-    if PDL:
-        gdc_wait()
-    for i in range(PRE, ITERS):
-        acc ^= tl.load(base + i * BLOCK + offs)
-    tl.store(out + pid, tl.reduce(acc, 0, _xor))
-
-
-@triton.jit
-def _xor(a, b):
-    return a ^ b
+from atlas.tools.bench.read import launch_read
 
 
 def main() -> None:
@@ -67,9 +43,7 @@ def main() -> None:
                 for pre in sorted({0, min(2, iters), iters}):
                     for pdl in (False, True) if pre == 0 else (True,):
                         def call(b, pre=pre, pdl=pdl):
-                            kw = {"launch_pdl": True} if pdl else {}
-                            read_kernel[(progs,)](b, outp, BLOCK=block, ITERS=iters, PRE=pre, PDL=pdl,
-                                                  num_warps=warps, **kw)
+                            launch_read(b, outp, progs, block, iters, pre, pdl, warps)
                         call(bufs[0])
                         ref = np.bitwise_xor.reduce(bufs[0].view(progs, -1).cpu().numpy(), axis=1)
                         ok = bool((outp.cpu().numpy() == ref).all())
