@@ -37,6 +37,8 @@ CANDIDATES_PER_BUCKET = 16
 """GEMV configs timed per bucket, shared evenly over the ways (plain / pipelined CUDA cores, tensor cores, Gluon); the
 Gluon ways won all 30 NVFP4 GEMV cases of tools/results/gemm.json, so it is high enough for them to get several."""
 SM_COUNT = 132  # H200; the heuristic only needs the order of magnitude
+GLUON_SHARE = 3
+"""Candidates a Gluon way gets for each one of another way in gemv_candidates."""
 
 
 def shape_key(fmt: str, n: int, k: int) -> str:
@@ -78,15 +80,20 @@ def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int, k: int 
     fit = [c for c in same if SM_COUNT <= programs(c) <= 64 * SM_COUNT] or same
     # ranked by how near their grid is to 4 programs an SM; the Gluon configs keep their listed order (measured)
     ranked = sorted(fit, key=lambda c: 0.0 if c.get("GLUON") else abs(math.log(programs(c) / (4 * SM_COUNT))))
-    # the ways a config can run: CUDA cores with plain or pipelined loads, tensor cores; each gets its share
+    # the ways a config can run: CUDA cores with plain or pipelined loads, tensor cores, Gluon with plain or
+    # register-prefetched loads; a round takes one of each CUDA-core / tensor-core way and GLUON_SHARE of each Gluon
+    # way (Gluon won all 30 NVFP4 GEMV cases of tools/results/gemm.json since 2026-12-03), Gluon last in each round
     ways = {}
     for c in ranked:
         ways.setdefault((bool(c.get("GLUON")), bool(c.get("TC")), c.get("PIPE", 1) > 1), []).append(c)
+    taken = {w: 0 for w in ways}
     picked = []
-    for i in range(most):
-        for way in (ways[w] for w in sorted(ways, key=lambda w: w[0])):  # Gluon last
-            if i < len(way) and len(picked) < most:
-                picked.append(way[i])
+    while len(picked) < most and any(taken[w] < len(ways[w]) for w in ways):
+        for w in sorted(ways, key=lambda w: w[0]):
+            for _ in range(GLUON_SHARE if w[0] else 1):
+                if taken[w] < len(ways[w]) and len(picked) < most:
+                    picked.append(ways[w][taken[w]])
+                    taken[w] += 1
     return picked
 
 

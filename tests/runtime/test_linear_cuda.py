@@ -226,10 +226,11 @@ def test_gemv_candidates_keep_every_way():
     nv = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, 1, 28672, 6)
     assert all("TC" not in c for c in nv) and sorted(way(c) for c in nv) == [(False, False)] * 3 + [(False, True)] * 3
     # with K given, the Gluon mma.sync configs (plain and register-prefetch) are two more ways, never the first
-    # pick; only those K % BLOCK_K allows. 9 candidates over 4 ways: 3, 2, 2, 2
+    # pick, GLUON_SHARE a round each; only those K % BLOCK_K allows. 9 candidates: a round of 1 + 1 + 3 + 3, then
+    # the first CUDA-core way again
     nv = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, 1, 28672, 9, k=4096)
     gl_ways = [c.get("PIPE", 1) > 1 for c in nv if c.get("GLUON")]
-    assert not nv[0].get("GLUON") and sorted(gl_ways) == [False, False, True, True]
+    assert not nv[0].get("GLUON") and sorted(gl_ways) == [False] * 3 + [True] * 3 and len(nv) == 9
     assert all(4096 % c["BLOCK_K"] == 0 for c in nv if c.get("GLUON"))
     odd = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, 4, 28672, 9, k=4096 + 64)
     assert odd and not any(c.get("GLUON") for c in odd)  # 4160 is no multiple of the Gluon BLOCK_K (128, 256)
