@@ -62,26 +62,6 @@ def _soff(kb, BK: gl.constexpr, TILED: gl.constexpr):
 
 
 @gluon.jit
-def _row_ptrs(w_ptr, ws_ptr, rows, srows, cols, scols, K, stride_wn, stride_sn, BK: gl.constexpr,
-              TILED: gl.constexpr):
-    """Pointers to block 0 of the given rows: int32 words [R, KW] and scale bytes [R, KW / 2] (tiled: layout.py's
-    row_part + col_part; a block of BK <= 128 lies in one tile row, so its columns stay plain)."""
-    if TILED:
-        wp = w_ptr.to(gl.pointer_type(gl.int32)) + ((rows // 128) * (K // 128) * 2048 + (rows % 128) * 16)[:, None]
-        sp = ws_ptr + ((srows // 128) * (K // 128) * 1024 + (srows % 128) * 8)[:, None]
-        if BK > 128:
-            wp = wp + ((cols // 16) * 2048 + cols % 16)[None, :]
-            sp = sp + ((scols // 8) * 1024 + scols % 8)[None, :]
-        else:
-            wp = wp + cols[None, :]
-            sp = sp + scols[None, :]
-    else:
-        wp = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) + cols[None, :]
-        sp = ws_ptr + srows[:, None] * stride_sn + scols[None, :]
-    return wp, sp
-
-
-@gluon.jit
 def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, b_lo, b_hi, BN: gl.constexpr, BK: gl.constexpr,
           KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
           TILED: gl.constexpr):
@@ -163,6 +143,7 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])  # 16-byte copies
 
+    gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))  # the split-K reduction adds those
     pid, pk = gl.program_id(0), gl.program_id(1)
     n_m = gl.cdiv(M, BM)
     pid_n, pid_m = pid // n_m, pid % n_m
@@ -172,7 +153,7 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
 
     rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
     srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
-    w_rows, s_rows = _row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+    w_rows, s_rows = gg._row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
                                gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK, TILED)
     xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
     x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
@@ -189,7 +170,7 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
         scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])  # 4-byte copies
         wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
         sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
-        wp, sp = _row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
+        wp, sp = gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
                            gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
                            gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
         for i in gl.static_range(S - 2):  # prologue: blocks b_lo .. b_lo + S - 3 (clamped; an extra copy is harmless)
@@ -219,18 +200,9 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
 
     # epilogue in a layout with n fastest (16-byte stores along the output rows)
     oL: gl.constexpr = out_layout(BN, NW)
-    y = gl.convert_layout(acc, oL)
-    cn = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
-    cm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
-    y = y * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode
-    mask = (cn < N)[:, None] & (cm < M)[None, :]
-    if SPLIT_K == 1:  # else the split-K reduction adds them
-        if HAS_BIAS:
-            y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
-        if HAS_RESIDUAL:
-            y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
-    gl.store(out_ptr + pk * M * stride_om + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty),
-             mask=mask)
+    gg._store_out(gl.convert_layout(acc, oL), pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL)),
+                  pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr, bias_ptr, res_ptr,
+                  out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
 
 
 WGMMA_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M)", "SPLIT_K", "1")
@@ -243,7 +215,8 @@ def grid_wgmma(config: dict, M: int, N: int) -> tuple[int, int, int]:
 def wgmma_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
     split = config.get("SPLIT_K", 1)
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
-            "STAGES": config["STAGES"], "HAS_BIAS": has_bias and split == 1, "HAS_RESIDUAL": has_residual and split == 1,
+            "STAGES": config["STAGES"], "HAS_BIAS": has_bias and split == 1,
+            "HAS_RESIDUAL": has_residual and split == 1,
             "W_SMEM": config.get("W_SMEM", False), "TILED": bool(config.get("TILED")), "SPLIT_K": split}
 
 

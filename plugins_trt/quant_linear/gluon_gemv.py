@@ -154,6 +154,42 @@ def _a_operand(wd, sc, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL:
 
 
 @gluon.jit
+def _row_ptrs(w_ptr, ws_ptr, rows, srows, cols, scols, K, stride_wn, stride_sn, BK: gl.constexpr,
+              TILED: gl.constexpr):
+    """Pointers to block 0 of the given rows: int32 words [R, KW] and scale bytes [R, KW / 2] (tiled: layout.py's
+    row_part + col_part; a block of BK <= 128 lies in one tile row, so its columns stay plain)."""
+    if TILED:
+        wp = w_ptr.to(gl.pointer_type(gl.int32)) + ((rows // 128) * (K // 128) * 2048 + (rows % 128) * 16)[:, None]
+        sp = ws_ptr + ((srows // 128) * (K // 128) * 1024 + (srows % 128) * 8)[:, None]
+        if BK > 128:
+            wp = wp + ((cols // 16) * 2048 + cols % 16)[None, :]
+            sp = sp + ((scols // 8) * 1024 + scols % 8)[None, :]
+        else:
+            wp = wp + cols[None, :]
+            sp = sp + scols[None, :]
+    else:
+        wp = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) + cols[None, :]
+        sp = ws_ptr + srows[:, None] * stride_sn + scols[None, :]
+    return wp, sp
+
+
+@gluon.jit
+def _store_out(acc, cn, cm, pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+               HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+    """Epilogue of the NVFP4 Gluon kernels (swap-AB: acc [BN, MP] holds output columns cn of rows cm): times
+    2^8 weight_scale_2 (the decode's 2^-8 undone), (+ bias) (+ residual), stored to out_ptr's split pk slice
+    (out_ptr + pk M stride_om: the fp32 partials of split-K, or the output itself at pk 0)."""
+    y = acc * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]
+    mask = (cm < M)[None, :] & (cn < N)[:, None]
+    if HAS_BIAS:
+        y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
+    if HAS_RESIDUAL:
+        y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
+    gl.store(out_ptr + pk * M * stride_om + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@gluon.jit
 def _pre_block(acc, wd, sr, x_rows, kb, b_hi, nb, xmask, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr,
                KW: gl.constexpr, MP: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
                bL: gl.constexpr):
@@ -261,12 +297,12 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
     shared-memory slots (BLOCK_K >= 128). PDL: programmatic dependent launch (triton_gemv's docstring); PIPE 2 loads
-    its first weight block before the wait, PIPE >= 3 its first PIPE - 1 weight blocks. TILED (PIPE 1 / 2, BK 128 / 256): the weights in the engine's tiled
-    order (`layout.tile_nvfp4`: 128 x 128 tiles, N % 128 == K % 128 == 0), a block's bytes in one or two runs. XSMEM (with
-    PIPE 1): x through that many shared-memory slots, read once a program (`_x_shared`). UNROLL 2 (PIPE 1, no
-    XSMEM): the K loop two blocks a step, both blocks' loads first. PRE 2 / 4 (PIPE 1, no XSMEM or UNROLL): that many
-    blocks' weights loaded before the PDL wait (all of a short split), so that they stream during the kernel
-    before."""
+    its first weight block before the wait, PIPE >= 3 its first PIPE - 1 weight blocks. TILED (PIPE 1 / 2, BK 128 /
+    256): the weights in the engine's tiled order (`layout.tile_nvfp4`: 128 x 128 tiles, N % 128 == K % 128 == 0),
+    a block's bytes in one or two runs. XSMEM (with PIPE 1): x through that many shared-memory slots, read once a
+    program (`_x_shared`). UNROLL 2 (PIPE 1, no XSMEM): the K loop two blocks a step, both blocks' loads first.
+    PRE 2 / 4 (PIPE 1, no XSMEM or UNROLL): that many blocks' weights loaded before the PDL wait (all of a short
+    split), so that they stream during the kernel before."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -285,26 +321,16 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     per = (nb + SPLIT_K - 1) // SPLIT_K
     b_lo = pk * per
     b_hi = gl.minimum(b_lo + per, nb)
-    if TILED:  # the engine's tiled order (layout.py): 128 x 128 tiles, a tile row 16 words / 8 scales; rows and
-        # K are whole tiles (N % 128 == K % 128 == 0), a block starts BK / 128 tiles after the one before
+    rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)  # programs past N clamped
+    srows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
+    w_rows, s_rows = _row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+                               gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK, TILED)
+    if TILED:  # the engine's tiled order (layout.py): a block starts BK / 128 tiles after the one before
         gl.static_assert(PIPE <= 2)
         gl.static_assert(BK % 128 == 0)
-        r = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)  # programs past N
-        c = gl.arange(0, KW, layout=gl.SliceLayout(0, wL))
-        w_rows = w_ptr.to(gl.pointer_type(gl.int32)) + ((r // 128) * (K // 128) * 2048 + (r % 128) * 16)[:, None] \
-            + ((c // 16) * 2048 + c % 16)[None, :]
-        rs = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
-        cs = gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))
-        s_rows = ws_ptr + ((rs // 128) * (K // 128) * 1024 + (rs % 128) * 8)[:, None] \
-            + ((cs // 8) * 1024 + cs % 8)[None, :]
         wstep = (BK // 128) * 2048
         sstep = (BK // 128) * 1024
     else:
-        rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
-        w_rows = (w_ptr + rows[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
-            + gl.arange(0, KW, layout=gl.SliceLayout(0, wL))[None, :]
-        srows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
-        s_rows = ws_ptr + srows[:, None] * stride_sn + gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL))[None, :]
         wstep = KW
         sstep = BK // 16
     xm = gl.arange(0, MP, layout=gl.SliceLayout(1, xL))
@@ -384,13 +410,6 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             sc = _scales(gl.load(s_rows + kb * sstep), BN, KW, wL)
             b = _x_operand(gl.load(x_rows + kb * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
             acc = _block(acc, gl.load(w_rows + kb * wstep), sc, b, BN, BK, RP, pL, aL)
-    cn = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
-    cm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
-    y = acc * (gl.load(ws2_ptr + gl.minimum(cn, N - 1)) * 256.0)[:, None]  # undo the 2^-8 of the decode
-    mask = (cm < M)[None, :] & (cn < N)[:, None]
-    if HAS_BIAS:
-        y += gl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(gl.float32)[:, None]
-    if HAS_RESIDUAL:
-        y += gl.load(res_ptr + cm[None, :] * stride_rm + cn[:, None], mask=mask, other=0.0).to(gl.float32)
-    gl.store(out_ptr + pk * M * stride_om + cm[None, :] * stride_om + cn[:, None], y.to(out_ptr.dtype.element_ty),
-             mask=mask)
+    _store_out(acc, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma)),
+               gl.arange(0, MP, layout=gl.SliceLayout(0, mma)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+               stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)

@@ -44,11 +44,6 @@ def _tile(t: torch.Tensor, cols: int) -> torch.Tensor:
     return t.reshape(n // TILE_N, TILE_N, c // cols, cols).transpose(1, 2).contiguous().reshape(n, c)
 
 
-def _untile(t: torch.Tensor, cols: int) -> torch.Tensor:
-    n, c = t.shape
-    return t.reshape(n // TILE_N, c // cols, TILE_N, cols).transpose(1, 2).contiguous().reshape(n, c)
-
-
 def tile_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-major NVFP4 (u8 [N, K/2], e4m3 [N, K/16]) -> the tiled order, same shapes and dtypes (new tensors)."""
     n, half = weight.shape
@@ -57,9 +52,3 @@ def tile_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor) -> tuple[torch.
                          f"{TILE_N} x {TILE_K} tiles (N % {TILE_N} and K % {TILE_K} must be 0)")
     scale = _tile(weight_scale.view(torch.uint8), TILE_K // 16).view(weight_scale.dtype)
     return _tile(weight, TILE_K // 2), scale
-
-
-def untile_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inverse of tile_nvfp4."""
-    scale = _untile(weight_scale.view(torch.uint8), TILE_K // 16).view(weight_scale.dtype)
-    return _untile(weight, TILE_K // 2), scale

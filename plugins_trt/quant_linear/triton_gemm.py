@@ -27,7 +27,7 @@ import triton.language as tl
 
 from atlas.plugins_trt.quant_linear.layout import TILE_N
 from atlas.plugins_trt.quant_linear.triton_gemv import (
-    AotSignature, _epilogue_store, _nvfp4_dot_step, _nvfp4_tiled_ptrs, aot_signature, check_tiled, e2m1_nibble_f32,
+    AotSignature, _epilogue_store, _nvfp4_dot_step, _nvfp4_row_ptrs, aot_signature, check_tiled, e2m1_nibble_f32,
     nvfp4_tile_bf16)
 
 _NVFP4_DOT_DOWN = tl.constexpr(2.0 ** 8)
@@ -75,13 +75,7 @@ def nvfp4_gemm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     rows_m = tl.minimum(offs_m, M - 1)
     rows_n = tl.minimum(offs_n, N - 1)
     x_rows = x_ptr + rows_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
-    if TILED:
-        w_rows, s_rows = _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows_n, K, BLOCK_K)
-    else:
-        w_rows = (w_ptr + rows_n[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
-            + tl.arange(0, BLOCK_K // 8)[None, :]
-        s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows_n[:, None] * stride_sn
-                  + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
+    w_rows, s_rows = _nvfp4_row_ptrs(w_ptr, ws_ptr, rows_n, K, stride_wn, stride_sn, BLOCK_K, TILED)
     row_ok = offs_m >= 0  # rows are clamped, every load is in bounds
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for b in range(0, K // BLOCK_K):
@@ -124,7 +118,7 @@ def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, strid
     offs_j = pid_k * KW + tl.arange(0, KW)
     offs_g = pid_k * KG + tl.max_contiguous(tl.arange(0, KG), 2)
     if TILED:  # block pid_k starts BLOCK_K / 128 tiles (2048 words, 1024 scales) after the one before
-        w_rows, s_rows = _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows, K, BLOCK_K)
+        w_rows, s_rows = _nvfp4_row_ptrs(w_ptr, ws_ptr, rows, K, stride_wn, stride_sn, BLOCK_K, True)
         w_rows += pid_k * ((BLOCK_K // 128) * 2048)
         s_rows += pid_k * ((BLOCK_K // 128) * 1024)
     else:
@@ -276,7 +270,8 @@ SPLIT_K (fp32 partials + the split-K reduction): the shapes with few tiles leave
 of 64 x 256 on 132 SMs; ncu: 0.61 waves, one warpgroup an SM issuing 0.2 a cycle,
 tools/results/ncu_nvfp4_qwen3.5-27b.down_256.txt). Commit 61d7aa0 split only the 128 x 256 8-warp tile (365 -> 204 us
 at 27B down, still slower than the best unsplit 160) and was taken out; these split the best unsplit tiles: 128 x 64
-x 64 at SPLIT_K 4 takes 27B down M 256 from 156.8 to 122.9 us (tools/results/gemm.json)."""
+x 64 at SPLIT_K 4 takes 27B down M 256 from 160.3 (the best unsplit tile) to 124.3 us in one run
+(tools/results/gemm.json)."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA")."""

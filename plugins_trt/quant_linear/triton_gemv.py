@@ -222,20 +222,26 @@ def _split_blocks(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
 # ---- nvfp4 ----------------------------------------------------------------------------------------------------
 
 @triton.jit
-def _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows, K, BLOCK_K: tl.constexpr):
-    """TILED (layout.py): pointers to K block 0 of `rows` [BN] (row indices, N % 128 == K % 128 == 0): int32 words
-    [BN, BLOCK_K/8] and scale bytes [BN, BLOCK_K/16], each row_part(n) + col_part(j); block b starts b * BLOCK_K / 128
-    tiles further (the steps' WSTEP / SSTEP). Column offsets in 16-word / 8-scale runs (a tile row)."""
-    tl.static_assert(BLOCK_K % 128 == 0)
-    tiles = (rows // 128) * (K // 128)  # tiles before this row's 128-row group
-    j = tl.arange(0, BLOCK_K // 8)
-    g = tl.arange(0, BLOCK_K // 16)
-    # hints as the row-major pointers have them: words 16-byte loads (runs of 16, 64-byte aligned), scales two a
-    # thread to keep the words' layout
-    cw = tl.max_contiguous(tl.multiple_of((j // 16) * 2048 + j % 16, 16), 16)
-    cs = tl.max_contiguous(tl.multiple_of((g // 8) * 1024 + g % 8, 2), 2)
-    w_rows = w_ptr.to(tl.pointer_type(tl.int32)) + (tiles * 2048 + (rows % 128) * 16)[:, None] + cw[None, :]
-    s_rows = ws_ptr.to(tl.pointer_type(tl.uint8)) + (tiles * 1024 + (rows % 128) * 8)[:, None] + cs[None, :]
+def _nvfp4_row_ptrs(w_ptr, ws_ptr, rows, K, stride_wn, stride_sn, BLOCK_K: tl.constexpr, TILED: tl.constexpr):
+    """Pointers to K block 0 of `rows` [BN] (clamped row indices): int32 words [BN, BLOCK_K/8] and scale bytes
+    [BN, BLOCK_K/16]. Row-major: rows strided by stride_wn / stride_sn. TILED (layout.py; N % 128 == K % 128 == 0):
+    row_part(n) + col_part(j), block b starting b * BLOCK_K / 128 tiles further (the steps' WSTEP / SSTEP)."""
+    if TILED:
+        tl.static_assert(BLOCK_K % 128 == 0)
+        tiles = (rows // 128) * (K // 128)  # tiles before this row's 128-row group
+        j = tl.arange(0, BLOCK_K // 8)
+        g = tl.arange(0, BLOCK_K // 16)
+        # hints as the row-major pointers have them: words 16-byte loads (runs of 16, 64-byte aligned), scales two
+        # a thread to keep the words' layout
+        cw = tl.max_contiguous(tl.multiple_of((j // 16) * 2048 + j % 16, 16), 16)
+        cs = tl.max_contiguous(tl.multiple_of((g // 8) * 1024 + g % 8, 2), 2)
+        w_rows = w_ptr.to(tl.pointer_type(tl.int32)) + (tiles * 2048 + (rows % 128) * 16)[:, None] + cw[None, :]
+        s_rows = ws_ptr.to(tl.pointer_type(tl.uint8)) + (tiles * 1024 + (rows % 128) * 8)[:, None] + cs[None, :]
+    else:
+        w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
+            + tl.arange(0, BLOCK_K // 8)[None, :]
+        s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn
+                  + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
     return w_rows, s_rows
 
 
@@ -338,13 +344,7 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.minimum(offs_n, N - 1)  # clamped, so that the main loop needs no mask
-    if TILED:
-        w_rows, s_rows = _nvfp4_tiled_ptrs(w_ptr, ws_ptr, rows, K, BLOCK_K)
-    else:
-        w_rows = (w_ptr + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
-            + tl.arange(0, BLOCK_K // 8)[None, :]
-        s_rows = (ws_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_sn
-                  + tl.max_contiguous(tl.arange(0, BLOCK_K // 16), 2)[None, :])
+    w_rows, s_rows = _nvfp4_row_ptrs(w_ptr, ws_ptr, rows, K, stride_wn, stride_sn, BLOCK_K, TILED)
     out_ptr += pid_k * M * stride_om
     if BLOCK_M == 1:
         x32 = x_ptr.to(tl.pointer_type(tl.int32))

@@ -8,6 +8,7 @@ from atlas.build_engine.builder import BuildConfig, build
 from atlas.build_engine.linear_kernels import gemv_candidates, is_tiled, tiled_configs
 from atlas.plugins_trt.quant_linear import triton_gemm as GM
 from atlas.plugins_trt.quant_linear import triton_gemv as GV
+from atlas.tools.dev.variants import nvfp4_tiled_weight
 
 
 @pytest.fixture(scope="module")
@@ -112,19 +113,6 @@ def test_split_engine_linears_match_reference(m, split_engine):
     check_engine_linears(split_engine, m)
 
 
-def _weights(n, k, seed):
-    from atlas.build_engine.quantize.quantizer import quantize
-    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
-    from atlas.plugins_trt.quant_linear.reference import dequantize
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4")  # the quantizer answers on the CPU
-    w, ws, ws2 = (t.cuda() for t in (q.weight, q.weight_scale, q.weight_scale_2))
-    ref = dequantize("nvfp4", w, ws, ws2)
-    w, ws = tile_nvfp4(w, ws)
-    return w, ws, ws2, ref, g
-
-
 def _ids(configs):
     return ["-".join(f"{k}{v}" for k, v in c.items() if k not in ("TILED", "num_stages")) for c in configs]
 
@@ -139,7 +127,7 @@ def test_tiled_gemv_gpu(config):
     """Each tiled GEMV candidate the build would time, at a real shape (Llama-3.1-8B qkv) and at N = 384 (the
     last row tile of a 256-row program is past N), with PDL, against the fp32 reference; output poisoned first."""
     for n, k in ((6144, 4096), (384, 2048)):
-        w, ws, ws2, ref_w, g = _weights(n, k, n + k)
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k)
         m = config["BLOCK_M"] - (config["BLOCK_M"] > 2)  # a partial bucket where there is one
         x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -154,7 +142,7 @@ def test_tiled_gemv_gpu(config):
 def test_tiled_gemm_gpu(config):
     """Each tiled GEMM candidate (Triton tiles, dequantize + cuBLAS, the wgmma kernel) at a real shape, M 300."""
     n, k, m = 6144, 4096, 300
-    w, ws, ws2, ref_w, g = _weights(n, k, 7)
+    g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     y = GM.launch_nvfp4_gemm(x, w, ws, ws2, config)
     ref = x.float() @ ref_w.T

@@ -42,23 +42,46 @@ def launch_read(src, out, programs: int, block: int, iters: int, pre: int, pdl: 
     read_kernel[(programs,)](src, out, BLOCK=block, ITERS=iters, PRE=pre, PDL=pdl, num_warps=num_warps, **kw)
 
 
+class ReadBuffers:
+    """Enough copies of a read's bytes to defeat L2 (timing.copies_for), shaped for programs of `words` int32
+    words each (nbytes rounded down to whole programs), and the kernel's output [programs]."""
+
+    def __init__(self, nbytes: int, words: int):
+        import torch
+
+        from atlas.tools.bench.timing import copies_for
+
+        self.programs = max(1, nbytes // 4 // words)
+        self.nbytes = self.programs * words * 4
+        self.bufs = [torch.randint(-2**31, 2**31 - 1, (self.nbytes // 4,), dtype=torch.int32, device="cuda")
+                     for _ in range(copies_for(self.nbytes))]
+        self.out = torch.empty(self.programs, dtype=torch.int32, device="cuda")
+
+    def time(self, block: int, iters: int, pre: int, pdl: bool, num_warps: int) -> tuple[float, bool]:
+        """(median seconds a read of nbytes, chained over the copies in one graph; whether the first read's
+        output is the xor of each program's words)."""
+        import numpy as np
+
+        from atlas.tools.bench.timing import graph_time
+
+        def call(b):
+            launch_read(b, self.out, self.programs, block, iters, pre, pdl, num_warps)
+
+        call(self.bufs[0])
+        want = np.bitwise_xor.reduce(self.bufs[0].view(self.programs, -1).cpu().numpy(), axis=1)
+        correct = bool((self.out.cpu().numpy() == want).all())
+        return graph_time([lambda b=b: call(b) for b in self.bufs], repeats=20), correct
+
+
 def read_ceiling(nbytes: int, bandwidth: float) -> float:
     """The fraction of the copy bandwidth that chained PDL reads of nbytes (all loads before the wait) reach: the
     best of two tiles (programs of 32 KB and 64 KB)."""
-    import torch
-
-    from atlas.tools.bench.timing import copies_for, graph_time
-
     best = 0.0
     for block, iters, warps in ((1024, 8, 4), (2048, 8, 8)):
-        words = block * iters
-        programs = max(1, nbytes // 4 // words)
-        total = programs * words
-        bufs = [torch.randint(-2**31, 2**31 - 1, (total,), dtype=torch.int32, device="cuda")
-                for _ in range(copies_for(total * 4))]
-        out = torch.empty(programs, dtype=torch.int32, device="cuda")
-        t = graph_time([lambda b=b: launch_read(b, out, programs, block, iters, iters, True, warps) for b in bufs],
-                       repeats=20)
-        best = max(best, total * 4 / t / bandwidth)
+        bufs = ReadBuffers(nbytes, block * iters)
+        t, correct = bufs.time(block, iters, iters, True, warps)
+        if not correct:
+            raise RuntimeError(f"the read-ceiling kernel returned a wrong xor (BLOCK {block}, ITERS {iters})")
+        best = max(best, bufs.nbytes / t / bandwidth)
         del bufs
     return best

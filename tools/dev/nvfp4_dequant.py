@@ -16,22 +16,16 @@ import os
 def main() -> None:
     import torch
 
-    from atlas.build_engine.quantize.quantizer import quantize
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
-    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
-    from atlas.plugins_trt.quant_linear.reference import dequantize
     from atlas.tools.bench.timing import copy_bandwidth, graph_time
+    from atlas.tools.dev.variants import nvfp4_tiled_weight
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
     bw = copy_bandwidth()
     res = {"copy_bandwidth": bw, "dequant": [], "linear": []}
     for name, (n, k) in {"qwen3.5-27b.gate_up": (34816, 5120), "llama-3.1-8b.down": (4096, 14336)}.items():
-        g = torch.Generator(device="cuda").manual_seed(n + k)
-        q = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4")
-        w, ws, ws2 = (t.cuda() for t in (q.weight, q.weight_scale, q.weight_scale_2))
-        ref = dequantize("nvfp4", w, ws, ws2)
-        w, ws = tile_nvfp4(w, ws)
+        g, w, ws, ws2, ref = nvfp4_tiled_weight(n, k)
         rows = 8192 if n > 8192 else n  # one chunk of rows, as nvfp4_dequant_linear dequantizes it
         work = torch.empty(rows, k, device="cuda", dtype=torch.bfloat16)
         nbytes = rows * k * (0.5 + 1 / 16 + 2)

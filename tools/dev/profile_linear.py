@@ -3,9 +3,9 @@
     ncu --clock-control none --kernel-name regex:nvfp4 --launch-skip 2 --launch-count 1 \
         python3 -m atlas.tools.dev.profile_linear SHAPE M CONFIG_JSON
 
-SHAPE is a tools/bench_gemm.py shape name, CONFIG_JSON a GEMV or GEMM config as the build writes it (the weights are
-tiled when the config says TILED). The result is checked against the fp32 reference, so a profile is of a kernel
-that computes the right thing.
+SHAPE is a tools/bench_gemm.py shape name, CONFIG_JSON a GEMV or GEMM config as the build writes it for that shape
+(all six are whole tiles, so the config has "TILED": true and the weights are tiled). The result is checked against
+the fp32 reference, so a profile is of a kernel that computes the right thing.
 """
 
 from __future__ import annotations
@@ -17,20 +17,16 @@ import sys
 def main(shape: str, m: int, config: dict, launches: int = 4) -> None:
     import torch
 
-    from atlas.build_engine.quantize.quantizer import quantize
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
-    from atlas.plugins_trt.quant_linear.reference import dequantize
     from atlas.tools.bench_gemm import SHAPES
+    from atlas.tools.dev.variants import nvfp4_tiled_weight
 
+    if not config.get("TILED"):
+        raise SystemExit(f"profile_linear runs tiled weights (as GPU engines do): give a config with \"TILED\": true, "
+                         f"got {config}")
     n, k = SHAPES[shape]
-    g = torch.Generator(device="cuda").manual_seed(n + k)
-    q = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4")
-    w, ws, ws2 = (t.cuda() for t in (q.weight, q.weight_scale, q.weight_scale_2))
-    ref = dequantize("nvfp4", w, ws, ws2)
-    if config.get("TILED"):
-        w, ws = tile_nvfp4(w, ws)
+    g, w, ws, ws2, ref = nvfp4_tiled_weight(n, k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     for _ in range(launches):
         if m <= 16:

@@ -15,15 +15,11 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-
-from atlas.tools.bench.read import launch_read
+from atlas.tools.bench.read import ReadBuffers
 
 
 def main() -> None:
-    import torch
-
-    from atlas.tools.bench.timing import copies_for, copy_bandwidth, graph_time
+    from atlas.tools.bench.timing import copy_bandwidth
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -34,26 +30,16 @@ def main() -> None:
     for name, nbytes in sizes.items():
         for block, warps in ((1024, 4), (2048, 8)):
             for iters in (2, 4, 8, 16):
-                words_per_prog = block * iters
-                progs = max(1, nbytes // 4 // words_per_prog)
-                total = progs * words_per_prog
-                bufs = [torch.randint(-2**31, 2**31 - 1, (total,), dtype=torch.int32, device="cuda")
-                        for _ in range(copies_for(total * 4))]
-                outp = torch.empty(progs, dtype=torch.int32, device="cuda")
+                bufs = ReadBuffers(nbytes, block * iters)
                 for pre in sorted({0, min(2, iters), iters}):
                     for pdl in (False, True) if pre == 0 else (True,):
-                        def call(b, pre=pre, pdl=pdl):
-                            launch_read(b, outp, progs, block, iters, pre, pdl, warps)
-                        call(bufs[0])
-                        ref = np.bitwise_xor.reduce(bufs[0].view(progs, -1).cpu().numpy(), axis=1)
-                        ok = bool((outp.cpu().numpy() == ref).all())
-                        t = graph_time([lambda b=b: call(b) for b in bufs], repeats=20)
-                        rows.append({"case": name, "bytes": total * 4, "BLOCK": block, "num_warps": warps,
-                                     "ITERS": iters, "programs": progs, "PRE": pre, "PDL": pdl, "correct": ok,
-                                     "us": t * 1e6, "bw_fraction": total * 4 / t / bw})
-                        print(f"{name:18s} {total * 4 / 1e6:6.1f} MB BLOCK {block} w{warps} ITERS {iters:2d} "
-                              f"progs {progs:5d} PRE {pre:2d} PDL {int(pdl)}  {t * 1e6:7.2f} us  "
-                              f"bw {total * 4 / t / bw:.2f} {'ok' if ok else 'WRONG'}", flush=True)
+                        t, ok = bufs.time(block, iters, pre, pdl, warps)
+                        rows.append({"case": name, "bytes": bufs.nbytes, "BLOCK": block, "num_warps": warps,
+                                     "ITERS": iters, "programs": bufs.programs, "PRE": pre, "PDL": pdl,
+                                     "correct": ok, "us": t * 1e6, "bw_fraction": bufs.nbytes / t / bw})
+                        print(f"{name:18s} {bufs.nbytes / 1e6:6.1f} MB BLOCK {block} w{warps} ITERS {iters:2d} "
+                              f"progs {bufs.programs:5d} PRE {pre:2d} PDL {int(pdl)}  {t * 1e6:7.2f} us  "
+                              f"bw {bufs.nbytes / t / bw:.2f} {'ok' if ok else 'WRONG'}", flush=True)
                 del bufs
         best = max((r for r in rows if r["case"] == name and r["correct"]), key=lambda r: r["bw_fraction"])
         print(f"BEST {name}: {best['us']:.2f} us, bw {best['bw_fraction']:.2f} "
