@@ -1,0 +1,94 @@
+"""Experiment helper (GPU box): the stream-K NVFP4 GEMV (plugins_trt/quant_linear/gluon_streamk.py) beside the GEMV
+config gemm.json shipped for the same case, both on tiled weights, chained with PDL as engines launch them.
+
+    python -m atlas.tools.dev.nvfp4_streamk [--quick]   # $OUT/nvfp4_streamk.json
+
+Each variant is checked against the fp32 reference (relative error), for determinism (two runs bit-identical) and
+for its counters (zero again after the runs), then timed as CUDA-graph replays over rotated weight copies.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+SHAPES = {"llama-3.1-8b.qkv": (6144, 4096), "llama-3.1-8b.gate_up": (28672, 4096), "llama-3.1-8b.down": (4096, 14336),
+          "qwen3.5-27b.gate_up": (34816, 5120), "qwen3.5-27b.down": (5120, 17408),
+          "llama-3.1-8b.lm_head": (128256, 4096)}
+VARIANTS = [dict(BLOCK_N=bn, BLOCK_K=bk, DEPTH=d, STREAMK=s) for bn, bk, d, s in (
+    (128, 128, 2, 2), (128, 128, 2, 3), (128, 128, 2, 4), (128, 128, 3, 2), (128, 128, 3, 3),
+    (64, 256, 2, 3), (64, 256, 2, 4), (64, 256, 3, 3), (64, 128, 2, 4), (64, 128, 3, 4), (256, 128, 2, 2))]
+
+
+def main(quick: bool = False) -> None:
+    import torch
+
+    from atlas.plugins_trt.quant_linear import gluon_streamk as sk
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+    from atlas.tools.bench.timing import copy_bandwidth, graph_time
+    from atlas.tools.bench_gemm import rel
+    from atlas.tools.dev.variants import nvfp4_weight
+
+    out_dir = os.environ.get("OUT", "/tmp/out")
+    os.makedirs(out_dir, exist_ok=True)
+    shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in
+               json.load(open("tools/results/gemm.json"))["cases"]}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    bw = copy_bandwidth()
+    res = {"copy_bandwidth": bw, "sm_count": sms, "rows": []}
+    for name, (n, k) in SHAPES.items():
+        g, qs, wref, nbytes = nvfp4_weight(n, k)
+        tiled = [tile_nvfp4(q.weight, q.weight_scale) + (q.weight_scale_2,) for q in qs]
+        del qs
+        for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            ref = x.float() @ wref.T
+            row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2, "variants": []}
+            cfg0 = shipped[(name, m)]
+            row["shipped"] = cfg0
+            row["shipped_us"] = graph_time([lambda w=w: gemv.launch_nvfp4_gemv(x, *w, cfg0, pdl=True)
+                                            for w in tiled], repeats=20) * 1e6
+            for v in VARIANTS:
+                cfg = {"BLOCK_M": gemv.gemv_bucket(m), **v, "num_warps": 4, "num_stages": 1, "TILED": True}
+                if n % cfg["BLOCK_N"] or k % cfg["BLOCK_K"]:
+                    continue
+                cfg["PROGRAMS"] = sk.programs_for(cfg, n, k, sms)
+                rec = dict(cfg)
+                try:
+                    cnt = torch.zeros(n // cfg["BLOCK_N"], dtype=torch.int32, device="cuda")
+                    part = torch.empty(sk.workspace_shapes(cfg, n)[0], dtype=torch.float32, device="cuda")
+
+                    def run(w, cfg=cfg, cnt=cnt, part=part):
+                        return sk.launch_nvfp4_gemv_streamk(x, *w, cfg, cnt, partials=part, pdl=True)
+
+                    y1 = run(tiled[0])
+                    y2 = run(tiled[0])
+                    torch.cuda.synchronize()
+                    rec["rel_error"] = rel(y1, ref)
+                    rec["deterministic"] = bool(torch.equal(y1, y2))
+                    rec["counters_zero"] = int(cnt.abs().sum()) == 0
+                    if rec["rel_error"] < 1e-2 and rec["deterministic"] and rec["counters_zero"]:
+                        rec["us"] = graph_time([lambda w=w: run(w) for w in tiled], repeats=20) * 1e6
+                        rec["counters_zero_after_graph"] = int(cnt.abs().sum()) == 0
+                except Exception as e:  # noqa: BLE001 — record and go on
+                    rec["error"] = f"{type(e).__name__}: {e}"[:400]
+                row["variants"].append(rec)
+            ok = [r for r in row["variants"] if "us" in r]
+            best = min(ok, key=lambda r: r["us"]) if ok else None
+            row["best"] = best
+            frac = (lambda us: row["bytes"] / (us * 1e-6) / bw)
+            bad = [(r.get("rel_error"), r.get("deterministic"), r.get("counters_zero"), r.get("error", "")[:80])
+                   for r in row["variants"] if "us" not in r]
+            print(f"{name:22s} M={m:2d} shipped {row['shipped_us']:7.1f} us (bw {frac(row['shipped_us']):.2f})  "
+                  f"stream-K best {best['us'] if best else 0:7.1f} us (bw {frac(best['us']) if best else 0:.2f}) "
+                  f"{ {q: best[q] for q in ('BLOCK_N', 'BLOCK_K', 'DEPTH', 'STREAMK')} if best else ''} "
+                  f"errors {sorted({round(r['rel_error'], 4) for r in ok})} failed {bad[:3]}", flush=True)
+            res["rows"].append(row)
+            json.dump(res, open(f"{out_dir}/nvfp4_streamk.json", "w"), indent=1)
+        del tiled, wref
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main("--quick" in sys.argv)
