@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from atlas.plugins_trt.quant_linear.gluon_gemv import (
     _block, _gdc_launch_dependents, _gdc_wait, _row_ptrs, _scales, _store_out, _x_operand, _x_unpack, pairs_layout,
@@ -80,16 +81,30 @@ def _segment_end(acc, c, r, seg_lo, nk, T, G: gl.constexpr, M, N, ws2_ptr, bias_
 
 
 @gluon.jit
+def _ring_issue(w_s, s_s, x_s, slot, g, wp, sp, xp, xmask, nk, K, BN: gl.constexpr, BK: gl.constexpr,
+                WEIGHTS: gl.constexpr, X: gl.constexpr):
+    """cp.async of block g's words, scales (WEIGHTS) and x (X) into ring slot `slot`."""
+    if WEIGHTS:
+        async_copy.async_copy_global_to_shared(w_s.index(slot), wp + _block_off(g, nk, K, BN, BK, 2048, 16))
+        async_copy.async_copy_global_to_shared(s_s.index(slot), sp + _block_off(g, nk, K, BN, BK, 1024, 8))
+    if X:
+        async_copy.async_copy_global_to_shared(x_s.index(slot), xp + (g % nk) * BK, mask=xmask)
+
+
+@gluon.jit
 def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
                               M, N, K, stride_xm, stride_rm, stride_om,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               PROGRAMS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                              DEPTH: gl.constexpr = 2, PDL: gl.constexpr = False):
+                              DEPTH: gl.constexpr = 2, RING: gl.constexpr = 0,
+                              PDL: gl.constexpr = False):
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; grid (PROGRAMS, 1, 1), PROGRAMS <= T (the block count).
 
     x_ptr *bf16 [M, K] (row stride stride_xm); w_ptr / ws_ptr the tiled NVFP4 weight (layout.tile_nvfp4);
     ws2_ptr *fp32 [N]; out_ptr *bf16 [M, N]; part_ptr *fp32 [PROGRAMS, 2, BLOCK_N, MP] (MP = 8, or 16 for
-    BLOCK_M 16); cnt_ptr *i32 [N / BLOCK_N], zero. DEPTH 2 / 3: blocks whose weights are loaded ahead of the math."""
+    BLOCK_M 16); cnt_ptr *i32 [N / BLOCK_N], zero. DEPTH 2 / 3: blocks whose weights are loaded (into registers) ahead
+    of the math; RING >= 3 instead: cp.async of words, scales and x through RING shared-memory slots, RING - 1 blocks
+    ahead (one CTA barrier a block, as gluon_gemv._pipelined; no weight registers cross the loop)."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -111,49 +126,101 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
     T = (N // BN) * nk
     lo = c * T // G
     hi = (c + 1) * T // G
-    w_lane, s_lane = _row_ptrs(w_ptr, ws_ptr, gl.arange(0, BN, layout=gl.SliceLayout(1, wL)),
-                               gl.arange(0, BN, layout=gl.SliceLayout(1, sL)),
-                               gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
-                               gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, 0, 0, BK, True)
-    xpL: gl.constexpr = x_pairs_layout(BK, MP, NW)
-    xpm = gl.arange(0, MP, layout=gl.SliceLayout(1, xpL))
-    xp_rows = (x_ptr + xpm[:, None] * stride_xm).to(gl.pointer_type(gl.int32)) \
-        + gl.arange(0, BK // 2, layout=gl.SliceLayout(0, xpL))[None, :]
-    xpmask = (xpm < M)[:, None]
     last = hi - 1
-    wd = gl.load(w_lane + _block_off(lo, nk, K, BN, BK, 2048, 16))
-    sr = gl.load(s_lane + _block_off(lo, nk, K, BN, BK, 1024, 8))
-    if DEPTH == 3:
-        g1 = gl.minimum(lo + 1, last)
-        wd1 = gl.load(w_lane + _block_off(g1, nk, K, BN, BK, 2048, 16))
-        sr1 = gl.load(s_lane + _block_off(g1, nk, K, BN, BK, 1024, 8))
-    if PDL:  # the weights are nobody's output: only x (and the partials, counters, output) wait
-        _gdc_launch_dependents()
-        _gdc_wait()
-    xw = gl.load(xp_rows + (lo % nk) * (BK // 2), mask=xpmask, other=0)
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
     seg_lo = lo
-    for g in range(lo, hi):
-        # the weights of the block DEPTH - 1 ahead (clamped to this program's last), then x of the next block
-        ga = gl.minimum(g + DEPTH - 1, last)
-        wd_a = gl.load(w_lane + _block_off(ga, nk, K, BN, BK, 2048, 16))
-        sr_a = gl.load(s_lane + _block_off(ga, nk, K, BN, BK, 1024, 8))
-        xw_n = gl.load(xp_rows + (gl.minimum(g + 1, last) % nk) * (BK // 2), mask=xpmask, other=0)
-        b = _x_operand(_x_unpack(xw, BK, MP, xL), BK, MP, RP, bL)
-        acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
+    if RING > 0:  # cp.async ring: RING slots of words, scales and x
+        gl.static_assert(RING >= 3)
+        S: gl.constexpr = RING
+        shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
+        s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
+        x_s = gl.allocate_shared_memory(gl.bfloat16, [S, MP, BK], shl)
+        # copy layouts: 16-byte words, 4-byte scale groups, 16-byte x
+        wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])
+        scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])
+        xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])
+        wp, sp = _row_ptrs(w_ptr, ws_ptr, gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)),
+                           gl.arange(0, BN, layout=gl.SliceLayout(1, scL)),
+                           gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
+                           gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, 0, 0, BK, True)
+        sp = sp.to(gl.pointer_type(gl.int8))
+        xr = gl.arange(0, MP, layout=gl.SliceLayout(1, xcL))
+        xp = x_ptr + xr[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+        xmask = (xr < M)[:, None]
+        for i in gl.static_range(S - 1):  # the first S - 1 blocks' weights (clamped) before the PDL wait
+            _ring_issue(w_s, s_s, x_s, i, gl.minimum(lo + i, last), wp, sp, xp, xmask, nk, K, BN, BK, True, False)
+        if PDL:
+            _gdc_launch_dependents()
+            _gdc_wait()
+        for i in gl.static_range(S - 1):  # their x; group i ends with block i's x
+            _ring_issue(w_s, s_s, x_s, i, gl.minimum(lo + i, last), wp, sp, xp, xmask, nk, K, BN, BK, False, True)
+            async_copy.commit_group()
+        for g in range(lo, hi):
+            it = g - lo
+            async_copy.wait_group(S - 2)  # block g's group (this thread's copies) has landed
+            gl.thread_barrier()            # everyone's copies are in, everyone is past block g - 1's reads
+            _ring_issue(w_s, s_s, x_s, (it + S - 1) % S, gl.minimum(g + S - 1, last), wp, sp, xp, xmask, nk, K, BN,
+                        BK, True, True)
+            async_copy.commit_group()
+            cur = it % S
+            sc = _scales(s_s.index(cur).load(sL).to(gl.float8e4nv, bitcast=True), BN, KW, wL)
+            b = _x_operand(x_s.index(cur).load(xL), BK, MP, RP, bL)
+            acc = _block(acc, w_s.index(cur).load(wL), sc, b, BN, BK, RP, pL, aL)
+            acc, seg_lo = _after_block(acc, g, c, seg_lo, last, nk, T, G, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                                       part_ptr, cnt_ptr, stride_rm, stride_om, BN, MP, mma, HAS_BIAS, HAS_RESIDUAL)
+        async_copy.wait_group(0)
+    else:  # registers: the weights of DEPTH - 1 blocks ahead
+        w_lane, s_lane = _row_ptrs(w_ptr, ws_ptr, gl.arange(0, BN, layout=gl.SliceLayout(1, wL)),
+                                   gl.arange(0, BN, layout=gl.SliceLayout(1, sL)),
+                                   gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+                                   gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, 0, 0, BK, True)
+        xpL: gl.constexpr = x_pairs_layout(BK, MP, NW)
+        xpm = gl.arange(0, MP, layout=gl.SliceLayout(1, xpL))
+        xp_rows = (x_ptr + xpm[:, None] * stride_xm).to(gl.pointer_type(gl.int32)) \
+            + gl.arange(0, BK // 2, layout=gl.SliceLayout(0, xpL))[None, :]
+        xpmask = (xpm < M)[:, None]
+        wd = gl.load(w_lane + _block_off(lo, nk, K, BN, BK, 2048, 16))
+        sr = gl.load(s_lane + _block_off(lo, nk, K, BN, BK, 1024, 8))
         if DEPTH == 3:
-            wd, sr, wd1, sr1 = wd1, sr1, wd_a, sr_a
-        else:
-            wd, sr = wd_a, sr_a
-        xw = xw_n
-        r = g // nk
-        kb = g - r * nk
-        if (kb == nk - 1) | (g == last):  # the end of row tile r's segment in this program
-            _segment_end(acc, c, r, seg_lo, nk, T, G, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
-                         stride_rm, stride_om, (seg_lo == r * nk) & (kb == nk - 1), BN, MP, mma, HAS_BIAS,
-                         HAS_RESIDUAL)
-            acc = gl.zeros([BN, MP], gl.float32, layout=mma)
-            seg_lo = g + 1
+            g1 = gl.minimum(lo + 1, last)
+            wd1 = gl.load(w_lane + _block_off(g1, nk, K, BN, BK, 2048, 16))
+            sr1 = gl.load(s_lane + _block_off(g1, nk, K, BN, BK, 1024, 8))
+        if PDL:  # the weights are nobody's output: only x (and the partials, counters, output) wait
+            _gdc_launch_dependents()
+            _gdc_wait()
+        xw = gl.load(xp_rows + (lo % nk) * (BK // 2), mask=xpmask, other=0)
+        for g in range(lo, hi):
+            # the weights of the block DEPTH - 1 ahead (clamped to this program's last), then x of the next block
+            ga = gl.minimum(g + DEPTH - 1, last)
+            wd_a = gl.load(w_lane + _block_off(ga, nk, K, BN, BK, 2048, 16))
+            sr_a = gl.load(s_lane + _block_off(ga, nk, K, BN, BK, 1024, 8))
+            xw_n = gl.load(xp_rows + (gl.minimum(g + 1, last) % nk) * (BK // 2), mask=xpmask, other=0)
+            b = _x_operand(_x_unpack(xw, BK, MP, xL), BK, MP, RP, bL)
+            acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
+            if DEPTH == 3:
+                wd, sr, wd1, sr1 = wd1, sr1, wd_a, sr_a
+            else:
+                wd, sr = wd_a, sr_a
+            xw = xw_n
+            acc, seg_lo = _after_block(acc, g, c, seg_lo, last, nk, T, G, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                                       part_ptr, cnt_ptr, stride_rm, stride_om, BN, MP, mma, HAS_BIAS, HAS_RESIDUAL)
+
+
+@gluon.jit
+def _after_block(acc, g, c, seg_lo, last, nk, T, G: gl.constexpr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr,
+                 cnt_ptr, stride_rm, stride_om, BN: gl.constexpr, MP: gl.constexpr, mma: gl.constexpr,
+                 HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+    """After block g: at the end of its row tile or of this program's range, the segment's epilogue; returns
+    (acc, seg_lo) for the next block."""
+    r = g // nk
+    kb = g - r * nk
+    if (kb == nk - 1) | (g == last):
+        _segment_end(acc, c, r, seg_lo, nk, T, G, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
+                     stride_rm, stride_om, (seg_lo == r * nk) & (kb == nk - 1), BN, MP, mma, HAS_BIAS, HAS_RESIDUAL)
+        acc = gl.zeros([BN, MP], gl.float32, layout=mma)
+        seg_lo = g + 1
+    return acc, seg_lo
 
 
 # ---- host side ---------------------------------------------------------------------------------------------------
@@ -195,7 +262,7 @@ def workspace_shapes(config: dict, n: int) -> tuple[tuple[int, ...], tuple[int, 
 def streamk_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool) -> dict:
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "PROGRAMS": config["PROGRAMS"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
-            "DEPTH": config.get("DEPTH", 2), "PDL": pdl}
+            "DEPTH": config.get("DEPTH", 2), "RING": config.get("RING", 0), "PDL": pdl}
 
 
 def signature_nvfp4_gemv_streamk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False,
