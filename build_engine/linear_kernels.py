@@ -39,6 +39,12 @@ Gluon ways won all 30 NVFP4 GEMV cases of tools/results/gemm.json, so it is high
 SM_COUNT = 132  # H200; the heuristic only needs the order of magnitude
 GLUON_SHARE = 3
 """Candidates a Gluon way gets for each one of another way in gemv_candidates."""
+STREAMK_TILES = [(256, 128, 4, 2), (128, 128, 0, 2), (128, 128, 4, 2), (128, 128, 6, 3)]
+"""Stream-K GEMV configs for tiled NVFP4 weights (plugins_trt/quant_linear/gluon_streamk.py): (BLOCK_N, BLOCK_K,
+RING slots (0: registers two deep), programs an SM), best first. H200 sweep of 14 forms over six shapes and M 1..16
+(tools/results/nvfp4_streamk.json): 256 x 128 with a 4-slot ring at 2 programs an SM was within 3% of the best in
+16 of 22 cases; it beats the split GEMV at M 4..16 on the large layers (27B gate_up M 8 43.9 -> 41.4 us, 8B lm_head
+M 16 134.5 -> 122.9), not at M 1 or on the 8B qkv. The build times them beside gemv_candidates' configs."""
 
 
 def shape_key(fmt: str, n: int, k: int) -> str:
@@ -95,6 +101,31 @@ def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int, k: int 
                     picked.append(ways[w][taken[w]])
                     taken[w] += 1
     return picked
+
+
+def streamk_candidates(bucket: int, n: int, k: int, sm_count: int = SM_COUNT) -> list[dict]:
+    """The stream-K GEMV configs (STREAMK_TILES) that fit a tiled NVFP4 [n, k] weight at this M bucket, with their
+    grid (PROGRAMS) for a chip of sm_count SMs; none for a weight that is not tiled."""
+    from atlas.plugins_trt.quant_linear.gluon_streamk import programs_for
+
+    out = []
+    for bn, bk, ring, per_sm in STREAMK_TILES:
+        if not is_tiled("nvfp4", n, k) or n % bn or k % bk:
+            continue
+        cfg = {"BLOCK_M": bucket, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 1, "TILED": True,
+               "STREAMK": per_sm, "RING": ring}
+        out.append({**cfg, "PROGRAMS": programs_for(cfg, n, k, sm_count)})
+    return out
+
+
+def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int, sm_count: int = SM_COUNT) -> list[dict]:
+    """What the build times for an NVFP4 GEMV bucket: gemv_candidates' split GEMVs (tiled when the weight is), then
+    the stream-K configs. A build without timing takes the first."""
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+
+    tiled = is_tiled("nvfp4", n, k)
+    configs = tiled_configs(gemv.CONFIGS_nvfp4_gemv) if tiled else gemv.CONFIGS_nvfp4_gemv
+    return gemv_candidates(configs, bucket, n, most, k) + streamk_candidates(bucket, n, k, sm_count)
 
 
 def _random_weights(fmt: str, n: int, k: int):
@@ -160,6 +191,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
     compiled, plan, seen = [], {}, set()
+    # the stream-K GEMV's grid is a few programs an SM of the chip it is tuned on
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count if tune else SM_COUNT
 
     def add(sig, name, grid):
         if name not in seen:
@@ -171,17 +204,21 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
         entry = plan.setdefault(shape_key(fmt, n, k), {})
         for bucket in GEMV_BUCKETS + GEMM_BUCKETS:
             tiled = is_tiled(fmt, n, k)
-            if bucket in GEMV_BUCKETS:
-                configs = gemv.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else gemv.CONFIGS_fp8_gemv
-                cands = gemv_candidates(tiled_configs(configs) if tiled else configs, bucket, n,
-                                        candidates_per_bucket, k)
+            if bucket in GEMV_BUCKETS and fmt == "nvfp4":
+                cands = nvfp4_gemv_candidates(bucket, n, k, candidates_per_bucket, sm_count)
+            elif bucket in GEMV_BUCKETS:
+                cands = gemv_candidates(gemv.CONFIGS_fp8_gemv, bucket, n, candidates_per_bucket, k)
             else:
                 cands = gemm.gemm_candidates(fmt, n, k)
                 cands = tiled_configs(cands) if tiled else cands
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             tag = "_".join(f"{v}" for v in cfg.values())
             item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}
-            if bucket in GEMV_BUCKETS:
+            if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
+                from atlas.plugins_trt.quant_linear import gluon_streamk
+                item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
+                                     f"nvfp4_gemv_streamk.{n}x{k}.{tag}", gluon_streamk.grid_streamk(cfg))
+            elif bucket in GEMV_BUCKETS:
                 # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
                 sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
                 item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))

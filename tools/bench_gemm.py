@@ -26,7 +26,8 @@ from pathlib import Path
 import click
 import torch
 
-from atlas.build_engine.linear_kernels import CANDIDATES_PER_BUCKET, gemv_candidates, is_tiled, tiled_configs
+from atlas.build_engine.linear_kernels import (CANDIDATES_PER_BUCKET, gemv_candidates, is_tiled,
+                                               nvfp4_gemv_candidates, tiled_configs)
 from atlas.build_engine.quantize.quantizer import quantize
 from atlas.plugins_trt.quant_linear import triton_gemm as gemm
 from atlas.plugins_trt.quant_linear import triton_gemv as gemv
@@ -113,8 +114,8 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
             def run8(cfg, qt, pdl=pdl):
                 return gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=out, pdl=pdl)
 
-            cands4 = gemv_candidates(tiled_configs(gemv.CONFIGS_nvfp4_gemv) if tiled else gemv.CONFIGS_nvfp4_gemv,
-                                     gemv.gemv_bucket(m), n, most, k)
+            cands4 = nvfp4_gemv_candidates(gemv.gemv_bucket(m), n, k, most,
+                                           torch.cuda.get_device_properties(0).multi_processor_count)
             cands8 = gemv_candidates(gemv.CONFIGS_fp8_gemv, gemv.gemv_bucket(m), n, most)
             kind = "gemv"
         else:

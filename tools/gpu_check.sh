@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|streamk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -48,6 +48,11 @@ if [ "$what" = streamk ]; then  # the tiled GPU tests (at most 4 minutes), then 
     [ -n "${SKIP_TESTS:-}" ] || timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py 2>&1 \
         | tee "$out/pytest_tiled_gpu.log" | tail -8
     timeout 400 python3 -m atlas.tools.dev.nvfp4_streamk ${STREAMK_ARGS:-} 2>&1 | tee "$out/nvfp4_streamk.log" | grep -a " M=\|Error" | tail -40
+fi
+if [ "$what" = tiledbench ]; then  # the tiled GPU tests (stream-K ones too), then the benchmark (about 7 minutes)
+    timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py 2>&1 \
+        | tee "$out/pytest_tiled_gpu.log" | tail -8
+    python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -52
 fi
 if [ "$what" = profile ]; then  # Nsight Compute on the slowest NVFP4 cases: the wgmma GEMM at 27B down M 256, the
     # Gluon GEMV at 8B qkv M 16, 27B gate_up M 1 and M 16 (tiled weights, the configs gemm.json picked)

@@ -32,6 +32,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from atlas.plugins_trt.quant_linear.gluon_gemv import (
     _block, _gdc_launch_dependents, _gdc_wait, _row_ptrs, _scales, _store_out, _x_operand, _x_unpack, pairs_layout,
     words_layout, x_layout, x_pairs_layout)
+from atlas.runtime.layers.linear_cuda import streamk_partials_shape
 
 
 @gluon.jit
@@ -228,11 +229,6 @@ def _after_block(acc, g, c, seg_lo, last, nk, T, G: gl.constexpr, M, N, ws2_ptr,
 STREAMK_GRID = ("PROGRAMS", "1", "1")
 
 
-def mp_of(block_m: int) -> int:
-    """Rows of x the kernel's mma covers (x zero-padded to them)."""
-    return 8 if block_m <= 8 else 16
-
-
 def blocks(config: dict, n: int, k: int) -> int:
     """T: the weight's blocks of BLOCK_N x BLOCK_K."""
     return (n // config["BLOCK_N"]) * (k // config["BLOCK_K"])
@@ -256,7 +252,7 @@ def check_streamk(config: dict, n: int, k: int) -> None:
 
 def workspace_shapes(config: dict, n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(partials fp32, counters int32) shapes for a config on N = n; the counters start (and stay) zero."""
-    return (config["PROGRAMS"], 2, config["BLOCK_N"], mp_of(config["BLOCK_M"])), (n // config["BLOCK_N"],)
+    return streamk_partials_shape(config), (n // config["BLOCK_N"],)
 
 
 def streamk_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool) -> dict:

@@ -803,6 +803,10 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     return out
 
 
+_STREAMK_COUNTERS: dict = {}
+"""The stream-K GEMV's tile counters for JIT launches (tuning, benchmarks, tests), by (device, row tiles)."""
+
+
 def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
@@ -811,8 +815,16 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
 
     out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1;
     pdl: programmatic dependent launch (sm_90; the module docstring). A "TILED" config takes weight and weight_scale
-    in layout.tile_nvfp4's order."""
+    in layout.tile_nvfp4's order. A "STREAMK" config runs gluon_streamk's kernel (no workspace: its partials are
+    allocated here, its counters kept per device and size, zero between launches)."""
     N, K = weight.shape[0], weight.shape[1] * 2
+    if config.get("STREAMK"):
+        from atlas.plugins_trt.quant_linear import gluon_streamk as sk
+        key = (x.device, N // config["BLOCK_N"])
+        if key not in _STREAMK_COUNTERS:
+            _STREAMK_COUNTERS[key] = torch.zeros(key[1], dtype=torch.int32, device=x.device)
+        return sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config, _STREAMK_COUNTERS[key],
+                                            bias, residual, out, pdl=pdl)
     _check_gemv_inputs(x, N, K, config, bias, residual)
     if weight.stride(1) != 1 or weight_scale.stride(1) != 1:
         raise ValueError("nvfp4 weight and weight_scale rows must be contiguous.")

@@ -25,6 +25,12 @@ def bucket_for(m: int) -> int:
     return GEMM_BUCKETS[-1]
 
 
+def streamk_partials_shape(config: dict) -> tuple[int, int, int, int]:
+    """The fp32 partials of the stream-K GEMV (plugins_trt/quant_linear/gluon_streamk.py): two segments a program,
+    [PROGRAMS, 2, BLOCK_N, MP], MP the rows of x its mma covers (8, or 16 for BLOCK_M 16)."""
+    return config["PROGRAMS"], 2, config["BLOCK_N"], 8 if config["BLOCK_M"] <= 8 else 16
+
+
 class CudaLinear:
     """y[M, N] = x[M, K] @ W.T (bf16 in and out), W stored in its engine format on the GPU."""
 
@@ -47,6 +53,9 @@ class CudaLinear:
             raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} mixes tiled and row-major "
                               f"weight orders; rebuild the engine with this version of atlas-build.")
         self.tiled = tiled == {True}
+        # the stream-K GEMV's tile counters (gluon_streamk: zero before its first launch, zero after each), a bucket
+        self.counters = {b: torch.zeros(self.n // e["config"]["BLOCK_N"], dtype=torch.int32, device=self.weight.device)
+                         for b, e in (plan or {}).items() if e["config"].get("STREAMK")}
         if self.tiled:
             from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
 
@@ -89,7 +98,8 @@ class CudaLinear:
         if self.fmt in ("bfloat16", "float32"):
             return F.linear(x, self.weight.to(x.dtype), self.bias)
         m = x.shape[0]
-        entry = self.plan[str(bucket_for(m))]
+        bucket = str(bucket_for(m))
+        entry = self.plan[bucket]
         out = torch.empty(m, self.n, device=x.device, dtype=torch.bfloat16)
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n)
@@ -98,7 +108,11 @@ class CudaLinear:
                           stride_sn=self.weight_scale.stride(0))
         else:
             common.update(w_ptr=self.weight, ws_ptr=self.weight_scale)
-        if m <= GEMV_BUCKETS[-1]:
+        if m <= GEMV_BUCKETS[-1] and entry["config"].get("STREAMK"):  # one launch: partials and counters inside
+            part = torch.empty(streamk_partials_shape(entry["config"]), device=x.device, dtype=torch.float32)
+            self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
+                         **common)
+        elif m <= GEMV_BUCKETS[-1]:
             self._launch_split(entry, out, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)

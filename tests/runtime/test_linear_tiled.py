@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from atlas.build_engine.builder import BuildConfig, build
-from atlas.build_engine.linear_kernels import gemv_candidates, is_tiled, tiled_configs
+from atlas.build_engine import linear_kernels as LK
+from atlas.build_engine.linear_kernels import gemv_candidates, is_tiled, streamk_candidates, tiled_configs
 from atlas.plugins_trt.quant_linear import triton_gemm as GM
 from atlas.plugins_trt.quant_linear import triton_gemv as GV
 from atlas.tools.dev.variants import nvfp4_tiled_weight
@@ -30,6 +31,19 @@ def split_engine(tmp_path_factory):
     try:
         return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("split") / "e", dtype="nvfp4",
                                  device="cuda", autotune=False, progress=False))
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def streamk_engine(tmp_path_factory):
+    """tiny-llama-wide whose GEMV buckets all take a stream-K config (the first that fits each shape)."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(LK, "nvfp4_gemv_candidates", lambda bucket, n, k, most, sm_count=LK.SM_COUNT:
+               streamk_candidates(bucket, n, k, sm_count)[::-1])
+    try:
+        return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("streamk") / "e",
+                                 dtype="nvfp4", device="cuda", autotune=False, progress=False))
     finally:
         mp.undo()
 
@@ -85,6 +99,45 @@ def test_split_wgmma_in_the_plan(split_engine):
     assert seen
 
 
+def test_streamk_candidates():
+    """Stream-K configs only for tiled weights, each with whole row tiles and at most one program a block."""
+    from atlas.plugins_trt.quant_linear.gluon_streamk import blocks, check_streamk
+
+    assert streamk_candidates(1, 6144, 4160) == [] and streamk_candidates(1, 192, 4096) == []
+    cands = streamk_candidates(16, 6144, 4096, 132)
+    assert {c["BLOCK_N"] for c in cands} == {128, 256} and all(c["TILED"] and c["BLOCK_M"] == 16 for c in cands)
+    for c in cands:
+        check_streamk(c, 6144, 4096)
+        assert c["PROGRAMS"] == min(c["STREAMK"] * 132, blocks(c, 6144, 4096))
+    small = streamk_candidates(1, 256, 256, 132)[0]
+    assert small["PROGRAMS"] == blocks(small, 256, 256) <= 4  # a tiny layer: one program a block
+    with pytest.raises(ValueError, match="tiled order"):
+        check_streamk({**cands[0], "TILED": False}, 6144, 4096)
+    with pytest.raises(ValueError, match="PROGRAMS"):
+        check_streamk({**cands[0], "PROGRAMS": 10 ** 6}, 6144, 4096)
+
+
+def test_streamk_engine_plan(streamk_engine):
+    """A stream-K bucket names one kernel (grid PROGRAMS, partials and counters as parameters), no reduction; the
+    runtime's partials shape is the kernel's."""
+    from atlas.runtime.layers.linear_cuda import streamk_partials_shape
+
+    table = streamk_engine.manifest["kernels"]["kernels"]
+    seen = 0
+    for key, entry in streamk_engine.manifest["linear_kernels"].items():
+        for bucket in ("1", "2", "4", "8", "16"):
+            item = entry[bucket]
+            cfg = item["config"]
+            assert cfg.get("STREAMK") and item["reduce"] is None, (key, bucket, cfg)
+            k = table[item["kernel"]]
+            assert k["grid"] == [cfg["PROGRAMS"], 1, 1] and k["grid_formula"] == ["PROGRAMS", "1", "1"]
+            params = dict(k["params"])
+            assert params["part_ptr"] == "*fp32" and params["cnt_ptr"] == "*i32" and params["out_ptr"] == "*bf16"
+            assert streamk_partials_shape(cfg)[:3] == (cfg["PROGRAMS"], 2, cfg["BLOCK_N"])
+            seen += 1
+    assert seen
+
+
 def test_cuda_linear_refuses_a_mixed_plan():
     from atlas.runtime.errors import EngineError
     from atlas.runtime.layers.linear_cuda import CudaLinear
@@ -111,6 +164,14 @@ def test_split_engine_linears_match_reference(m, split_engine):
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     check_engine_linears(split_engine, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_streamk_engine_linears_match_reference(m, streamk_engine):
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    check_engine_linears(streamk_engine, m)
 
 
 def _ids(configs):
@@ -148,3 +209,37 @@ def test_tiled_gemm_gpu(config):
     ref = x.float() @ ref_w.T
     err = float((y.float() - ref).norm() / ref.norm())
     assert err < 1e-2, err
+
+
+_STREAMK = [c for b in (1, 8, 16) for c in streamk_candidates(b, 6144, 4096, 132)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _STREAMK, ids=_ids(_STREAMK))
+def test_streamk_gemv_gpu(config):
+    """Each stream-K candidate with the grid of this GPU, at a real shape (8B qkv: row tiles split over up to three
+    programs), at N 384 / K 2048 (few blocks), and at N 256 / K 256 (one program a block, every tile reduced), with
+    bias and residual, against the fp32 reference: deterministic (two launches bit-identical), counters back to 0."""
+    from atlas.plugins_trt.quant_linear import gluon_streamk as sk
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n, k in ((6144, 4096), (384, 2048), (256, 256)):
+        if n % config["BLOCK_N"]:
+            continue
+        cfg = {**config, "PROGRAMS": sk.programs_for(config, n, k, sms)}
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k)
+        m = config["BLOCK_M"] - (config["BLOCK_M"] > 2)
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+        res = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+        cnt = torch.zeros(n // cfg["BLOCK_N"], dtype=torch.int32, device="cuda")
+        outs = []
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            outs.append(sk.launch_nvfp4_gemv_streamk(x, w, ws, ws2, cfg, cnt, bias=bias, residual=res, out=out,
+                                                     pdl=True))
+        ref = x.float() @ ref_w.T + bias.float() + res.float()
+        err = float((outs[0].float() - ref).norm() / ref.norm())
+        assert err < 1e-2, (n, k, err)
+        assert torch.equal(outs[0], outs[1]), (n, k)
+        assert int(cnt.abs().sum()) == 0, (n, k)
