@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -53,6 +53,20 @@ if [ "$what" = tiledbench ]; then  # the tiled GPU tests (stream-K ones too), th
     timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py 2>&1 \
         | tee "$out/pytest_tiled_gpu.log" | tail -8
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -52
+fi
+if [ "$what" = profilesk ]; then  # Nsight Compute: the stream-K GEMV (27B gate_up M 1 and M 8, the config gemm.json
+    # picked at M 8) beside the split GEMV at M 1; pipe utilization (is the decode ALU-bound?)
+    t='"num_warps": 4, "num_stages": 1, "TILED": true'
+    for case in "qwen3.5-27b.gate_up 1 {\"BLOCK_M\": 1, \"BLOCK_N\": 256, \"BLOCK_K\": 128, \"STREAMK\": 2, \"RING\": 4, \"PROGRAMS\": 264, $t}" \
+        "qwen3.5-27b.gate_up 8 {\"BLOCK_M\": 8, \"BLOCK_N\": 256, \"BLOCK_K\": 128, \"STREAMK\": 2, \"RING\": 4, \"PROGRAMS\": 264, $t}" \
+        "qwen3.5-27b.gate_up 8 {\"BLOCK_M\": 8, \"BLOCK_N\": 128, \"BLOCK_K\": 128, \"SPLIT_K\": 8, \"GLUON\": true, \"PIPE\": 1, \"PRE\": 4, $t}"; do
+        set -- $case; name="sk_$1_$2_$(echo "$3" | cut -c1-1)"
+        ncu --clock-control none --kernel-name regex:"nvfp4_gemv_(mma|streamk)" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \
+            --section ComputeWorkloadAnalysis --section InstructionStats \
+            python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.txt" 2>&1
+        grep -a "rel error\|Duration\|DRAM Throughput\|highest-utilized\|Issue Slots\|Achieved Occupancy\|Registers Per\|No Eligible" "$out/ncu_$name.txt" | head -12
+    done
 fi
 if [ "$what" = profile ]; then  # Nsight Compute on the slowest NVFP4 cases: the wgmma GEMM at 27B down M 256, the
     # Gluon GEMV at 8B qkv M 16, 27B gate_up M 1 and M 16 (tiled weights, the configs gemm.json picked)
