@@ -57,10 +57,11 @@ fi
 if [ "$what" = profilesk ]; then  # Nsight Compute: the stream-K GEMV (27B gate_up M 1 and M 8, the config gemm.json
     # picked at M 8) beside the split GEMV at M 1; pipe utilization (is the decode ALU-bound?)
     t='"num_warps": 4, "num_stages": 1, "TILED": true'
+    i=0
     for case in "qwen3.5-27b.gate_up 1 {\"BLOCK_M\": 1, \"BLOCK_N\": 256, \"BLOCK_K\": 128, \"STREAMK\": 2, \"RING\": 4, \"PROGRAMS\": 264, $t}" \
         "qwen3.5-27b.gate_up 8 {\"BLOCK_M\": 8, \"BLOCK_N\": 256, \"BLOCK_K\": 128, \"STREAMK\": 2, \"RING\": 4, \"PROGRAMS\": 264, $t}" \
         "qwen3.5-27b.gate_up 8 {\"BLOCK_M\": 8, \"BLOCK_N\": 128, \"BLOCK_K\": 128, \"SPLIT_K\": 8, \"GLUON\": true, \"PIPE\": 1, \"PRE\": 4, $t}"; do
-        set -- $case; name="sk_$1_$2_$(echo "$3" | cut -c1-1)"
+        set -- $case; i=$((i + 1)); name="sk_$1_$2_$i"
         ncu --clock-control none --kernel-name regex:"nvfp4_gemv_(mma|streamk)" --launch-skip 2 --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \
             --section ComputeWorkloadAnalysis --section InstructionStats \
