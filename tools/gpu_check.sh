@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|bits|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -67,6 +67,18 @@ if [ "$what" = profilesk ]; then  # Nsight Compute: the stream-K GEMV (27B gate_
             --section ComputeWorkloadAnalysis --section InstructionStats \
             python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.txt" 2>&1
         grep -a "rel error\|Duration\|DRAM Throughput\|highest-utilized\|Issue Slots\|Achieved Occupancy\|Registers Per\|No Eligible" "$out/ncu_$name.txt" | head -12
+    done
+fi
+if [ "$what" = bits ]; then  # NVFP4 words in layout.NVFP4_BITS order (7 ALU operations a word to decode, not 13):
+    # the shipped GEMV configs and the stream-K ring with and without it, then an ncu look at the ALU pipe
+    timeout 300 python3 -m atlas.tools.dev.nvfp4_streamk --bits 2>&1 | tee "$out/nvfp4_bits.log" | grep -a " M=\|Error"
+    t='"num_warps": 4, "num_stages": 1, "TILED": true'
+    c="{\"BLOCK_M\": 1, \"BLOCK_N\": 64, \"BLOCK_K\": 256, \"SPLIT_K\": 4, \"GLUON\": true, \"PIPE\": 1, \"UNROLL\": 2, $t"
+    for b in false true; do
+        ncu --clock-control none --kernel-name regex:"nvfp4_gemv_mma" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
+            python3 -m atlas.tools.dev.profile_linear qwen3.5-27b.gate_up 1 "$c, \"BITS\": $b}" > "$out/ncu_bits_$b.txt" 2>&1
+        grep -a "rel error\|Duration\|DRAM Throughput\|highest-utilized\|Issue Slots" "$out/ncu_bits_$b.txt" | head -8
     done
 fi
 if [ "$what" = profile ]; then  # Nsight Compute on the slowest NVFP4 cases: the wgmma GEMM at 27B down M 256, the

@@ -56,6 +56,23 @@ def _pair_asm(i: int) -> str:
 
 
 P0, P1, P2, P3 = (gl.constexpr(_pair_asm(i)) for i in range(4))
+
+
+def _bits_pair_asm(i: int) -> str:
+    """The same bf16x2 as _pair_asm(i) from a word in layout.NVFP4_BITS order (layout.bits_nvfp4): the pair's signs
+    sit `a` bits below bits 31 / 15 and its magnitudes `b` bits below 24..22 / 8..6 (b < 0: above), so a pair is one
+    or two shifts (left shifts run on the FMA pipe as IMAD) and one or two masks: 7 integer-pipe (ALU) operations a
+    word instead of 13 (prmt, arithmetic shift and mask a pair)."""
+    from atlas.plugins_trt.quant_linear.layout import NVFP4_BITS
+    a, b = NVFP4_BITS[i]
+    shift = lambda r, k: f"shl.b32 {r}, $1, {k};" if k > 0 else f"shr.u32 {r}, $1, {-k};" if k < 0 \
+        else f"mov.b32 {r}, $1;"  # noqa: E731
+    body = (shift("t", a) + " and.b32 p, t, 0x81C081C0;") if a == b else (
+        shift("t", a) + " " + shift("u", b) + " and.b32 t, t, 0x80008000; and.b32 u, u, 0x01C001C0; or.b32 p, t, u;")
+    return "{ .reg .b32 t, u, p, s2; " + body + " mov.b32 s2, {$2, $2}; mul.rn.bf16x2 $0, p, s2; }"
+
+
+Q0, Q1, Q2, Q3 = (gl.constexpr(_bits_pair_asm(i)) for i in range(4))
 UNPACK = gl.constexpr("mov.b32 $0, $1;")
 
 
@@ -133,18 +150,26 @@ def _x_operand(xv, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, bL: gl.
 
 @gluon.jit
 def _block(acc, wd, sc, b, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL: gl.constexpr,
-           aL: gl.constexpr):
+           aL: gl.constexpr, BITS: gl.constexpr = False):
     """acc += W_block @ x_block^T from one block's words wd [BN, KW], scales sc (_scales) and B operand b."""
-    return mma_v2(_a_operand(wd, sc, BN, BK, RP, pL, aL), b, acc)
+    return mma_v2(_a_operand(wd, sc, BN, BK, RP, pL, aL, BITS), b, acc)
 
 
 @gluon.jit
-def _a_operand(wd, sc, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr):
-    """One block's decoded weights [BN, BK] (bf16, logical k order) in the A-operand layout aL."""
-    p0 = _pair(wd, sc, P0)
-    p1 = _pair(wd, sc, P1)
-    p2 = _pair(wd, sc, P2)
-    p3 = _pair(wd, sc, P3)
+def _a_operand(wd, sc, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
+               BITS: gl.constexpr = False):
+    """One block's decoded weights [BN, BK] (bf16, logical k order) in the A-operand layout aL (BITS: words in
+    layout.NVFP4_BITS order)."""
+    if BITS:
+        p0 = _pair(wd, sc, Q0)
+        p1 = _pair(wd, sc, Q1)
+        p2 = _pair(wd, sc, Q2)
+        p3 = _pair(wd, sc, Q3)
+    else:
+        p0 = _pair(wd, sc, P0)
+        p1 = _pair(wd, sc, P1)
+        p2 = _pair(wd, sc, P2)
+        p3 = _pair(wd, sc, P3)
     t = gl.join(gl.join(p0, p2), gl.join(p1, p3))   # int32 [BN, KW, c, b] = pair 2c + b (join stacks on the last axis)
     t = gl.reshape(t, [BN, 2, 2, RP, 2, 2])         # n, i1, i0, rhi, r0, s1 (k = s0 + 2i0 + 4i1 + 8s1 + 16r0 + 32rhi)
     t = gl.permute(t, [0, 3, 4, 5, 1, 2])            # n, rhi, r0, s1, i1, i0
@@ -192,10 +217,10 @@ def _store_out(acc, cn, cm, pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, strid
 @gluon.jit
 def _pre_block(acc, wd, sr, x_rows, kb, b_hi, nb, xmask, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr,
                KW: gl.constexpr, MP: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
-               bL: gl.constexpr):
+               bL: gl.constexpr, BITS: gl.constexpr = False):
     """One preloaded block (PRE): its x (zero when kb is past the split, so the clamped weights add nothing)."""
     x = gl.load(x_rows + gl.minimum(kb, nb - 1) * BK, mask=xmask & (kb < b_hi), other=0.0)
-    return _block(acc, wd, _scales(sr, BN, KW, wL), _x_operand(x, BK, MP, RP, bL), BN, BK, RP, pL, aL)
+    return _block(acc, wd, _scales(sr, BN, KW, wL), _x_operand(x, BK, MP, RP, bL), BN, BK, RP, pL, aL, BITS)
 
 
 @gluon.jit
@@ -292,7 +317,8 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
-                          XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0):
+                          XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0,
+                          BITS: gl.constexpr = False):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
@@ -343,9 +369,11 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             _gdc_wait()
     if XSMEM > 0:
         gl.static_assert(PIPE == 1)
+        gl.static_assert(not BITS)
         acc = _x_shared(acc, w_rows, s_rows, wstep, sstep, x_ptr, b_lo, b_hi, nb, M, stride_xm, BN, BK, MP, RP, KW,
                         NW, XSMEM, wL, sL, pL, xL, aL, bL)
     elif PIPE > 2:  # cp.async through shared memory, PIPE stages deep (one CTA barrier a block)
+        gl.static_assert(not BITS)
         acc = _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
                          BN, BK, MP, RP, KW, NW, PIPE, wL, sL, pL, xL, aL, bL, PDL)
     elif PIPE > 1:  # registers two deep: block kb + 1's loads are issued before block kb's math; what crosses
@@ -367,7 +395,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             sr_n = gl.load(s_rows + nxt * sstep)
             xw_n = gl.load(xp_rows + nxt * (BK // 2), mask=xpmask, other=0)
             b = _x_operand(_x_unpack(xw, BK, MP, xL), BK, MP, RP, bL)
-            acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
+            acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL, BITS)
             wd, sr, xw = wd_n, sr_n, xw_n
     else:
         b_mid = b_lo
@@ -387,11 +415,11 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                 s3 = gl.load(s_rows + gl.minimum(b_lo + 3, nb - 1) * sstep)
             if PDL:
                 _gdc_wait()
-            acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
-            acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
+            acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+            acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
             if PRE == 4:
-                acc = _pre_block(acc, w2, s2, x_rows, b_lo + 2, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
-                acc = _pre_block(acc, w3, s3, x_rows, b_lo + 3, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL)
+                acc = _pre_block(acc, w2, s2, x_rows, b_lo + 2, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+                acc = _pre_block(acc, w3, s3, x_rows, b_lo + 3, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
             b_mid = gl.minimum(b_lo + PRE, b_hi)
         if UNROLL > 1:  # two blocks' loads issued before either block's math: twice the bytes in flight a warp,
             # nothing carried across the loop (PIPE 2's repacking); an odd block count ends in the plain loop
@@ -404,12 +432,14 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                 w1 = gl.load(w_rows + (kb + 1) * wstep)
                 s1 = gl.load(s_rows + (kb + 1) * sstep)
                 x1 = gl.load(x_rows + (kb + 1) * BK, mask=xmask, other=0.0)
-                acc = _block(acc, w0, _scales(s0, BN, KW, wL), _x_operand(x0, BK, MP, RP, bL), BN, BK, RP, pL, aL)
-                acc = _block(acc, w1, _scales(s1, BN, KW, wL), _x_operand(x1, BK, MP, RP, bL), BN, BK, RP, pL, aL)
+                acc = _block(acc, w0, _scales(s0, BN, KW, wL), _x_operand(x0, BK, MP, RP, bL), BN, BK, RP, pL, aL,
+                             BITS)
+                acc = _block(acc, w1, _scales(s1, BN, KW, wL), _x_operand(x1, BK, MP, RP, bL), BN, BK, RP, pL, aL,
+                             BITS)
         for kb in range(b_mid, b_hi):
             sc = _scales(gl.load(s_rows + kb * sstep), BN, KW, wL)
             b = _x_operand(gl.load(x_rows + kb * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
-            acc = _block(acc, gl.load(w_rows + kb * wstep), sc, b, BN, BK, RP, pL, aL)
+            acc = _block(acc, gl.load(w_rows + kb * wstep), sc, b, BN, BK, RP, pL, aL, BITS)
     _store_out(acc, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma)),
                gl.arange(0, MP, layout=gl.SliceLayout(0, mma)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)

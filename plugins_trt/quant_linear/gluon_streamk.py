@@ -98,7 +98,7 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               PROGRAMS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
                               DEPTH: gl.constexpr = 2, RING: gl.constexpr = 0,
-                              PDL: gl.constexpr = False):
+                              PDL: gl.constexpr = False, BITS: gl.constexpr = False):
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; grid (PROGRAMS, 1, 1), PROGRAMS <= T (the block count).
 
     x_ptr *bf16 [M, K] (row stride stride_xm); w_ptr / ws_ptr the tiled NVFP4 weight (layout.tile_nvfp4);
@@ -167,7 +167,7 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
             cur = it % S
             sc = _scales(s_s.index(cur).load(sL).to(gl.float8e4nv, bitcast=True), BN, KW, wL)
             b = _x_operand(x_s.index(cur).load(xL), BK, MP, RP, bL)
-            acc = _block(acc, w_s.index(cur).load(wL), sc, b, BN, BK, RP, pL, aL)
+            acc = _block(acc, w_s.index(cur).load(wL), sc, b, BN, BK, RP, pL, aL, BITS)
             acc, seg_lo = _after_block(acc, g, c, seg_lo, last, nk, T, G, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                                        part_ptr, cnt_ptr, stride_rm, stride_om, BN, MP, mma, HAS_BIAS, HAS_RESIDUAL)
         async_copy.wait_group(0)
@@ -198,7 +198,7 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
             sr_a = gl.load(s_lane + _block_off(ga, nk, K, BN, BK, 1024, 8))
             xw_n = gl.load(xp_rows + (gl.minimum(g + 1, last) % nk) * (BK // 2), mask=xpmask, other=0)
             b = _x_operand(_x_unpack(xw, BK, MP, xL), BK, MP, RP, bL)
-            acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL)
+            acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL, BITS)
             if DEPTH == 3:
                 wd, sr, wd1, sr1 = wd1, sr1, wd_a, sr_a
             else:
@@ -258,7 +258,8 @@ def workspace_shapes(config: dict, n: int) -> tuple[tuple[int, ...], tuple[int, 
 def streamk_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool) -> dict:
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "PROGRAMS": config["PROGRAMS"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
-            "DEPTH": config.get("DEPTH", 2), "RING": config.get("RING", 0), "PDL": pdl}
+            "DEPTH": config.get("DEPTH", 2), "RING": config.get("RING", 0), "PDL": pdl,
+            "BITS": bool(config.get("BITS"))}
 
 
 def signature_nvfp4_gemv_streamk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False,

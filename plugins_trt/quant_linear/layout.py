@@ -52,3 +52,43 @@ def tile_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor) -> tuple[torch.
                          f"{TILE_N} x {TILE_K} tiles (N % {TILE_N} and K % {TILE_K} must be 0)")
     scale = _tile(weight_scale.view(torch.uint8), TILE_K // 16).view(weight_scale.dtype)
     return _tile(weight, TILE_K // 2), scale
+
+
+NVFP4_BITS = ((1, 6), (3, 3), (0, 0), (2, -3))
+"""The bit order inside each int32 word of packed E2M1 for the Gluon kernels' BITS form, pair by pair (pair i: the
+values of byte i, low nibble then high nibble, as in ModelOpt's order): (a, b) puts the pair's two sign bits at bits
+31 - a and 15 - a and its magnitude bits (e1 e0 m) at 24 - b .. 22 - b and 8 - b .. 6 - b, so that one left shift by
+a (by b) brings them where a bf16 holds them (sign 15, exponent and mantissa bits 8..6: E2M1 * 2^-126). The four
+(a, b) cover the 32 bits once, with 7 integer-pipe operations a word to decode (a search over every shift pair found
+none with fewer; gluon_gemv._bits_pair_asm)."""
+
+
+def _bit_moves() -> dict[int, int]:
+    """ModelOpt bit position -> NVFP4_BITS position, for the 32 bits of a word."""
+    moves = {}
+    for p, (a, b) in enumerate(NVFP4_BITS):
+        for half, base in ((0, 8 * p), (16, 8 * p + 4)):  # low nibble -> low bf16, high nibble -> high bf16
+            moves[base + 3] = 15 + half - a           # sign
+            for j in range(3):                         # m, e0, e1 -> 6, 7, 8 (less b)
+                moves[base + j] = 6 + j + half - b
+    return moves
+
+
+def bits_nvfp4(weight: torch.Tensor) -> torch.Tensor:
+    """u8 [N, K/2] packed E2M1 (either element order of the rows: the bits move inside each 4-byte word) -> the same
+    shape with every int32 word's bits in NVFP4_BITS order (a new tensor)."""
+    moves = _bit_moves()
+    if sorted(moves.values()) != list(range(32)):
+        raise AssertionError("NVFP4_BITS does not cover the 32 bits of a word once")
+    if weight.dtype != torch.uint8 or weight.shape[-1] % 4:
+        raise ValueError(f"bits_nvfp4: u8 [N, K/2] with K % 8 == 0 expected, got {weight.dtype} {list(weight.shape)}")
+    by_shift: dict[int, int] = {}
+    for old, new in moves.items():
+        by_shift[new - old] = by_shift.get(new - old, 0) | (1 << old)
+    w = weight.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    out = torch.zeros_like(w)
+    for shift, mask in by_shift.items():
+        t = w & mask
+        out |= (t << shift) if shift >= 0 else (t >> -shift)
+    out = torch.where(out >= 2 ** 31, out - 2 ** 32, out).to(torch.int32)
+    return out.view(torch.uint8).reshape(weight.shape)

@@ -666,6 +666,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["UNROLL"] = config["UNROLL"]
     if config.get("PRE"):  # the Gluon GEMV's weight blocks loaded before the PDL wait
         cx["PRE"] = config["PRE"]
+    if config.get("BITS"):  # the Gluon GEMV's words in layout.NVFP4_BITS order
+        cx["BITS"] = True
     return cx
 
 

@@ -2,6 +2,9 @@
 config gemm.json shipped for the same case, both on tiled weights, chained with PDL as engines launch them.
 
     python -m atlas.tools.dev.nvfp4_streamk [--quick]   # $OUT/nvfp4_streamk.json
+    python -m atlas.tools.dev.nvfp4_streamk --bits      # $OUT/nvfp4_bits.json: the shipped GEMV config and the
+                                                        #   stream-K 256 x 128 ring, each with words in
+                                                        #   layout.NVFP4_BITS order (BITS) beside the plain order
 
 Each variant is checked against the fp32 reference (relative error), for determinism (two runs bit-identical) and
 for its counters (zero again after the runs), then timed as CUDA-graph replays over rotated weight copies.
@@ -93,5 +96,58 @@ def main(quick: bool = False) -> None:
         torch.cuda.empty_cache()
 
 
+def bits() -> None:
+    """Each case's shipped GEMV config (gemm.json) and the stream-K 256 x 128 ring, with and without BITS (the same
+    weights, words bit-permuted by layout.bits_nvfp4), timed in one run."""
+    import torch
+
+    from atlas.plugins_trt.quant_linear import gluon_streamk as sk
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.plugins_trt.quant_linear.layout import bits_nvfp4, tile_nvfp4
+    from atlas.tools.bench.timing import copy_bandwidth, graph_time
+    from atlas.tools.bench_gemm import rel
+    from atlas.tools.dev.variants import nvfp4_weight
+
+    out_dir = os.environ.get("OUT", "/tmp/out")
+    os.makedirs(out_dir, exist_ok=True)
+    shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in
+               json.load(open("tools/results/gemm.json"))["cases"]}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    bw = copy_bandwidth()
+    res = {"copy_bandwidth": bw, "sm_count": sms, "rows": []}
+    for name, (n, k) in SHAPES.items():
+        g, qs, wref, nbytes = nvfp4_weight(n, k)
+        tiled = [tile_nvfp4(q.weight, q.weight_scale) + (q.weight_scale_2,) for q in qs]
+        del qs
+        bitsw = [(bits_nvfp4(w), ws, ws2) for w, ws, ws2 in tiled]
+        for m in ((1, 16) if "lm_head" in name else (1, 4, 8, 16)):
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            ref = x.float() @ wref.T
+            row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
+            sk_cfg = {"BLOCK_M": gemv.gemv_bucket(m), "BLOCK_N": 256, "BLOCK_K": 128, "RING": 4, "STREAMK": 2,
+                      "num_warps": 4, "num_stages": 1, "TILED": True}
+            sk_cfg["PROGRAMS"] = sk.programs_for(sk_cfg, n, k, sms)
+            for label, cfg in (("shipped", shipped[(name, m)]), ("streamk", sk_cfg)):
+                for on in (False, True):
+                    c = {**cfg, "BITS": True} if on else dict(cfg)
+                    ws_ = bitsw if on else tiled
+                    key = f"{label}{'_bits' if on else ''}"
+                    try:
+                        row[key + "_rel_error"] = rel(gemv.launch_nvfp4_gemv(x, *ws_[0], c, pdl=True), ref)
+                        row[key + "_us"] = graph_time([lambda w=w, c=c: gemv.launch_nvfp4_gemv(x, *w, c, pdl=True)
+                                                       for w in ws_], repeats=20) * 1e6
+                    except Exception as e:  # noqa: BLE001 — record and go on
+                        row[key + "_error"] = f"{type(e).__name__}: {e}"[:300]
+            frac = (lambda us: row["bytes"] / (us * 1e-6) / bw)
+            print(f"{name:22s} M={m:2d} " + "  ".join(
+                f"{kk[:-3]} {row[kk]:6.1f} us ({frac(row[kk]):.2f}, err {row[kk[:-3] + '_rel_error']:.4f})"
+                for kk in row if kk.endswith("_us")) + "  " + " ".join(
+                row[kk][:80] for kk in row if kk.endswith("_error") and "rel" not in kk), flush=True)
+            res["rows"].append(row)
+            json.dump(res, open(f"{out_dir}/nvfp4_bits.json", "w"), indent=1)
+        del tiled, bitsw, wref
+        torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
-    main("--quick" in sys.argv)
+    bits() if "--bits" in sys.argv else main("--quick" in sys.argv)

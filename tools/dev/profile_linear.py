@@ -27,6 +27,9 @@ def main(shape: str, m: int, config: dict, launches: int = 4) -> None:
                          f"got {config}")
     n, k = SHAPES[shape]
     g, w, ws, ws2, ref = nvfp4_tiled_weight(n, k)
+    if config.get("BITS"):  # the words' bits in layout.NVFP4_BITS order, as that form reads them
+        from atlas.plugins_trt.quant_linear.layout import bits_nvfp4
+        w = bits_nvfp4(w)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     for _ in range(launches):
         if m <= 16:
