@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|bits|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|bits|bitsprof|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -79,6 +79,22 @@ if [ "$what" = bits ]; then  # NVFP4 words in layout.NVFP4_BITS order (7 ALU ope
             --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
             python3 -m atlas.tools.dev.profile_linear qwen3.5-27b.gate_up 1 "$c, \"BITS\": $b}" > "$out/ncu_bits_$b.txt" 2>&1
         grep -a "rel error\|Duration\|DRAM Throughput\|highest-utilized\|Issue Slots" "$out/ncu_bits_$b.txt" | head -8
+    done
+fi
+if [ "$what" = bitsprof ]; then  # Nsight Compute, full memory and stall tables: the split GEMV with BITS at 27B
+    # gate_up M 1 (UNROLL 2) and M 8 (128 x 128 PRE 4), and the read-only kernel's bytes for comparison
+    t='"num_warps": 4, "num_stages": 1, "TILED": true, "GLUON": true, "PIPE": 1, "BITS": true'
+    i=0
+    for case in "qwen3.5-27b.gate_up 1 {\"BLOCK_M\": 1, \"BLOCK_N\": 64, \"BLOCK_K\": 256, \"SPLIT_K\": 4, \"UNROLL\": 2, $t}" \
+        "qwen3.5-27b.gate_up 8 {\"BLOCK_M\": 8, \"BLOCK_N\": 128, \"BLOCK_K\": 128, \"SPLIT_K\": 8, \"PRE\": 4, $t}"; do
+        set -- $case; i=$((i + 1))
+        ncu --clock-control none --kernel-name regex:"nvfp4_gemv_mma" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section InstructionStats \
+            --section LaunchStats python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" \
+            > "$out/ncu_bitsprof_$i.txt" 2>&1
+        grep -a "rel error\|Duration\|DRAM Throughput\|L2 Cache Throughput\|Achieved Occupancy\|Stall\|No Eligible" \
+            "$out/ncu_bitsprof_$i.txt" | head -14
     done
 fi
 if [ "$what" = profile ]; then  # Nsight Compute on the slowest NVFP4 cases: the wgmma GEMM at 27B down M 256, the
