@@ -87,3 +87,37 @@ def test_tiled_weights_follow_the_kernels_addressing():
             assert np.array_equal(twords[addr], words[:, kb * KW:(kb + 1) * KW])
             sadr = (r // 128) * (K // 128) * 1024 + (r % 128) * 8 + (cs // 8) * 1024 + cs % 8 + kb * (BK // 128) * 1024
             assert np.array_equal(tsbytes[sadr], sbytes[:, kb * KW // 2:(kb + 1) * KW // 2])
+
+
+def test_bits_order_decodes_every_nibble():
+    """layout.bits_nvfp4 moves each word's bits to layout.NVFP4_BITS order; the BITS decode (gluon_gemv._bits_pair_asm,
+    emulated op by op: shifts, masks, or) gives every pair the values the ModelOpt-order decode gives."""
+    import re
+
+    import torch
+
+    from atlas.plugins_trt.quant_linear.gluon_gemv import _bits_pair_asm
+    from atlas.plugins_trt.quant_linear.layout import NVFP4_BITS, bits_nvfp4
+
+    rng = np.random.default_rng(1)
+    words = [int(v) for v in rng.integers(0, 2 ** 32, 3000)] + [0, 0xFFFFFFFF, 0x88888888, 0x77777777, 0x12345678]
+    raw = torch.from_numpy(np.array(words, dtype=np.uint32).view(np.uint8).reshape(-1, 4).copy())
+    permuted = bits_nvfp4(raw)
+    assert permuted.shape == raw.shape and permuted.dtype == torch.uint8
+    new = permuted.numpy().view(np.uint32).reshape(-1)
+
+    def shift(v: int, k: int) -> int:
+        return (v << k) & 0xFFFFFFFF if k >= 0 else v >> -k
+
+    for i, (a, b) in enumerate(NVFP4_BITS):
+        asm = _bits_pair_asm(i)
+        assert ("0x81C081C0" in asm) == (a == b)  # the emulation below follows the asm's form
+        for r, k in (("t", a), ("u", b)) if a != b else (("t", a),):
+            if k:
+                assert re.search(rf"sh[lr]\.[bu]32 {r}, \$1, {abs(k)};", asm), (asm, r, k)
+    for w, q in zip(words, new):
+        q = int(q)
+        for i, (a, b) in enumerate(NVFP4_BITS):
+            p = shift(q, a) & 0x81C081C0 if a == b else (shift(q, a) & 0x80008000) | (shift(q, b) & 0x01C001C0)
+            lo, hi = _bf16(p & 0xFFFF) * 2.0 ** 126, _bf16(p >> 16) * 2.0 ** 126
+            assert lo == E2M1[(w >> (8 * i)) & 0xF] and hi == E2M1[(w >> (8 * i + 4)) & 0xF], (hex(w), i)
