@@ -797,6 +797,8 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
         cx["launch_pdl"] = True
     target = out if split == 1 else workspace
     res = residual if residual is not None else out  # a valid pointer, never read when the flag is off
+    if config.get("MAXNREG"):  # a register cap for the compiler (more programs an SM)
+        cx["maxnreg"] = config["MAXNREG"]
     kernel[grid_gemv(config, N)](
         x, *tensors, bias if bias is not None else out, res, target, M, N, K, x.stride(0), *strides,
         res.stride(0), target.stride(-2), **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])

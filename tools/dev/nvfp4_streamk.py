@@ -96,7 +96,7 @@ def main(quick: bool = False) -> None:
         torch.cuda.empty_cache()
 
 
-def bits() -> None:
+def bits(regcap: bool = False) -> None:
     """Each case's shipped GEMV config (gemm.json) and the stream-K 256 x 128 ring, with and without BITS (the same
     weights, words bit-permuted by layout.bits_nvfp4), timed in one run."""
     import torch
@@ -127,27 +127,31 @@ def bits() -> None:
             sk_cfg = {"BLOCK_M": gemv.gemv_bucket(m), "BLOCK_N": 256, "BLOCK_K": 128, "RING": 4, "STREAMK": 2,
                       "num_warps": 4, "num_stages": 1, "TILED": True}
             sk_cfg["PROGRAMS"] = sk.programs_for(sk_cfg, n, k, sms)
-            for label, cfg in (("shipped", shipped[(name, m)]), ("streamk", sk_cfg)):
-                for on in (False, True):
-                    c = {**cfg, "BITS": True} if on else dict(cfg)
-                    ws_ = bitsw if on else tiled
-                    key = f"{label}{'_bits' if on else ''}"
-                    try:
-                        row[key + "_rel_error"] = rel(gemv.launch_nvfp4_gemv(x, *ws_[0], c, pdl=True), ref)
-                        row[key + "_us"] = graph_time([lambda w=w, c=c: gemv.launch_nvfp4_gemv(x, *w, c, pdl=True)
-                                                       for w in ws_], repeats=20) * 1e6
-                    except Exception as e:  # noqa: BLE001 — record and go on
-                        row[key + "_error"] = f"{type(e).__name__}: {e}"[:300]
+            variants = [("shipped", shipped[(name, m)], False), ("shipped_bits", shipped[(name, m)], True)]
+            if regcap:  # register caps (MAXNREG) on the shipped config, with and without BITS
+                variants += [(f"shipped{'_bits' if on else ''}_r{r}", {**shipped[(name, m)], "MAXNREG": r}, on)
+                             for r in (72, 128) for on in (False, True)]
+            else:
+                variants += [("streamk", sk_cfg, False), ("streamk_bits", sk_cfg, True)]
+            for key, cfg, on in variants:
+                c = {**cfg, "BITS": True} if on else dict(cfg)
+                ws_ = bitsw if on else tiled
+                try:
+                    row[key + "_rel_error"] = rel(gemv.launch_nvfp4_gemv(x, *ws_[0], c, pdl=True), ref)
+                    row[key + "_us"] = graph_time([lambda w=w, c=c: gemv.launch_nvfp4_gemv(x, *w, c, pdl=True)
+                                                   for w in ws_], repeats=20) * 1e6
+                except Exception as e:  # noqa: BLE001 — record and go on
+                    row[key + "_error"] = f"{type(e).__name__}: {e}"[:300]
             frac = (lambda us: row["bytes"] / (us * 1e-6) / bw)
             print(f"{name:22s} M={m:2d} " + "  ".join(
                 f"{kk[:-3]} {row[kk]:6.1f} us ({frac(row[kk]):.2f}, err {row[kk[:-3] + '_rel_error']:.4f})"
                 for kk in row if kk.endswith("_us")) + "  " + " ".join(
                 row[kk][:80] for kk in row if kk.endswith("_error") and "rel" not in kk), flush=True)
             res["rows"].append(row)
-            json.dump(res, open(f"{out_dir}/nvfp4_bits.json", "w"), indent=1)
+            json.dump(res, open(f"{out_dir}/nvfp4_bits{'_regcap' if regcap else ''}.json", "w"), indent=1)
         del tiled, bitsw, wref
         torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
-    bits() if "--bits" in sys.argv else main("--quick" in sys.argv)
+    bits("--regcap" in sys.argv) if "--bits" in sys.argv else main("--quick" in sys.argv)
