@@ -67,11 +67,25 @@ def is_tiled(fmt: str, n: int, k: int) -> bool:
     return fmt == "nvfp4" and can_tile(n, k)
 
 
+def reads_bits(config: dict) -> bool:
+    """Whether an NVFP4 config's kernel can read the tiled order with each word's bits in layout.NVFP4_BITS order:
+    the Gluon GEMVs (blocks of whole tile rows, registers: PIPE <= 2, no XSMEM), the stream-K GEMV, the wgmma GEMM
+    and the packed dequantization; not the Triton GEMV / GEMM tiles (their decode reads ModelOpt's nibbles)."""
+    if config.get("WGMMA") or config.get("STREAMK"):
+        return True
+    if config.get("DEQUANT"):
+        return bool(config.get("PACK"))
+    return bool(config.get("GLUON")) and config["BLOCK_K"] % 128 == 0 and config.get("PIPE", 1) <= 2 \
+        and not config.get("XSMEM")
+
+
 def tiled_configs(configs: list[dict]) -> list[dict]:
-    """The configs that can read the tiled order, marked "TILED": blocks of whole tile rows (BLOCK_K % 128 == 0;
-    the wgmma GEMM also reads half tile rows), and no cp.async GEMV ring (Gluon PIPE > 2 addresses rows itself)."""
-    return [{**c, "TILED": True} for c in configs
-            if (c.get("WGMMA") or c["BLOCK_K"] % 128 == 0) and not (c.get("GLUON") and c.get("PIPE", 1) > 2)]
+    """The configs that can read the GPU order of a weight of whole tiles (layout.tile_nvfp4, then bits_nvfp4),
+    marked "TILED" and "BITS" (reads_bits). Measured on the H200 (tools/results/nvfp4_bits.json,
+    nvfp4_bits_regcap.json): the bit order takes the GEMV decode from 13 to 7 integer-pipe operations a word, 5-13%
+    at M 4..8 and, with a 72-register cap, 10-15% at M 1; every NVFP4 case of gemm.json was won by a way that reads
+    it (Gluon GEMV, stream-K, wgmma, packed dequantization)."""
+    return [{**c, "TILED": True, "BITS": True} for c in configs if reads_bits(c)]
 
 
 def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int, k: int | None = None) -> list[dict]:
@@ -113,7 +127,7 @@ def streamk_candidates(bucket: int, n: int, k: int, sm_count: int = SM_COUNT) ->
         if not is_tiled("nvfp4", n, k) or n % bn or k % bk:
             continue
         cfg = {"BLOCK_M": bucket, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 1, "TILED": True,
-               "STREAMK": per_sm, "RING": ring}
+               "BITS": True, "STREAMK": per_sm, "RING": ring}
         out.append({**cfg, "PROGRAMS": programs_for(cfg, n, k, sm_count)})
     return out
 
@@ -146,9 +160,9 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
     qt = _random_weights(fmt, n, k)
     x = torch.randn(bucket, k, device="cuda", dtype=torch.bfloat16)
     ref = x.float() @ dequantize(fmt, qt.weight, qt.weight_scale, qt.weight_scale_2).T
-    if candidates and candidates[0].get("TILED"):  # the candidates read the tiled order, as the runtime will give it
-        from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
-        w, ws = tile_nvfp4(qt.weight, qt.weight_scale)
+    if candidates and candidates[0].get("TILED"):  # the candidates read the GPU order, as the runtime will give it
+        from atlas.plugins_trt.quant_linear.layout import gpu_order
+        w, ws = gpu_order(qt.weight, qt.weight_scale, bool(candidates[0].get("BITS")))
         qt = dataclasses.replace(qt, weight=w, weight_scale=ws)
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
@@ -211,6 +225,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             else:
                 cands = gemm.gemm_candidates(fmt, n, k)
                 cands = tiled_configs(cands) if tiled else cands
+            if not cands:
+                raise RuntimeError(f"no {fmt} kernel configuration fits {n}x{k} at M bucket {bucket}")
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             tag = "_".join(f"{v}" for v in cfg.values())
             item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}

@@ -31,7 +31,7 @@ from atlas.build_engine.linear_kernels import (CANDIDATES_PER_BUCKET, gemv_candi
 from atlas.build_engine.quantize.quantizer import quantize
 from atlas.plugins_trt.quant_linear import triton_gemm as gemm
 from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+from atlas.plugins_trt.quant_linear.layout import gpu_order
 from atlas.plugins_trt.quant_linear.reference import dequantize
 from atlas.tools.bench.read import read_ceiling
 from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info, graph_time
@@ -85,8 +85,8 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
     w4_ref = dequantize("nvfp4", q4.weight, q4.weight_scale, q4.weight_scale_2)  # fp32 [N, K]
     w8_ref = dequantize("fp8", q8.weight, q8.weight_scale)
     tiled = is_tiled("nvfp4", n, k)
-    if tiled:  # as an engine's CudaLinear holds it: the tiled order, kernels compiled for it
-        w4, s4 = tile_nvfp4(q4.weight, q4.weight_scale)
+    if tiled:  # as an engine's CudaLinear holds it: tiled, words in NVFP4_BITS order (tiled_configs), kernels for it
+        w4, s4 = gpu_order(q4.weight, q4.weight_scale, bits=True)
         q4 = dataclasses.replace(q4, weight=w4, weight_scale=s4)
     bytes_w = {"bf16": n * k * 2, "nvfp4": n * k // 2 + n * k // 16 + n * 4, "fp8": n * k + n * 4}
     copies = {f: copies_for(b) for f, b in bytes_w.items()}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|bits|bitsprof|regcap|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -100,6 +100,13 @@ fi
 if [ "$what" = regcap ]; then  # register caps (MAXNREG 72 / 128) on the shipped GEMV configs, with and without BITS
     timeout 300 python3 -m atlas.tools.dev.nvfp4_streamk --bits --regcap 2>&1 | tee "$out/nvfp4_bits_regcap.log" \
         | grep -a " M=\|Error"
+fi
+if [ "$what" = bitsall ]; then  # the tiled GPU tests (BITS plans), then the benchmark, Qwen3.5-27B shapes first
+    timeout 170 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py 2>&1 \
+        | tee "$out/pytest_tiled_gpu.log" | tail -8
+    python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" --shapes \
+        qwen3.5-27b.gate_up,qwen3.5-27b.down,llama-3.1-8b.qkv,llama-3.1-8b.gate_up,llama-3.1-8b.down,llama-3.1-8b.lm_head \
+        2>&1 | tee "$out/bench_gemm.log" | tail -52
 fi
 if [ "$what" = profile ]; then  # Nsight Compute on the slowest NVFP4 cases: the wgmma GEMM at 27B down M 256, the
     # Gluon GEMV at 8B qkv M 16, 27B gate_up M 1 and M 16 (tiled weights, the configs gemm.json picked)

@@ -60,6 +60,8 @@ class KernelSpec:
     divisible_by_16: tuple[str, ...] = ()
     """Params the kernel may assume are multiples of 16 (pointers: 16-byte aligned), which lets Triton
     vectorise and pipeline loads; the runtime checks them at every launch."""
+    maxnreg: int | None = None
+    """A register cap for the compiler (more programs an SM), or None."""
 
     def __post_init__(self):
         if not _NAME.match(self.name):
@@ -120,8 +122,10 @@ def compile_kernel(spec: KernelSpec, arch: int = 90) -> CompiledKernel:
         from triton.experimental.gluon._runtime import GluonASTSource as source
     src = source(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=attrs)
     try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+        options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+        if spec.maxnreg:
+            options["maxnreg"] = spec.maxnreg
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     except Exception as e:  # Triton raises CompilationError, PTXASError, assertion errors, ...
         raise KernelCompileError(f"{spec.name}: Triton could not compile it for sm_{arch}: "
                                  f"{type(e).__name__}: {e}") from e

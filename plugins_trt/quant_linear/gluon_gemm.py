@@ -64,7 +64,7 @@ def _soff(kb, BK: gl.constexpr, TILED: gl.constexpr):
 @gluon.jit
 def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, b_lo, b_hi, BN: gl.constexpr, BK: gl.constexpr,
           KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
-          TILED: gl.constexpr):
+          TILED: gl.constexpr, BITS: gl.constexpr = False):
     """Block kb: refill the x slot of block kb - 2 with block kb + S - 2 (every warpgroup is past its wait for block
     kb - 2's wgmma: the barrier), decode block kb's weights (wd, sr) into A, issue its wgmma, wait for block
     kb - 1's (whose A operand is a_prev: a dependency of that wait, so its registers are not reused before), load
@@ -78,7 +78,7 @@ def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, b_lo, b_hi, BN: 
     async_copy.async_copy_global_to_shared(x_s.index((it + S - 2) % S),
                                            x_rows + gl.minimum(kb + S - 2, b_hi - 1) * BK)
     async_copy.commit_group()
-    a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL)
+    a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
     nxt = gl.minimum(kb + 1, b_hi - 1)  # the next block's weights, in registers while this one multiplies
     wd = gl.load(w_rows + _woff(nxt, BK, TILED))
     sr = gl.load(s_rows + _soff(nxt, BK, TILED))
@@ -90,7 +90,7 @@ def _step(acc, a_prev, wd, sr, x_s, x_rows, w_rows, s_rows, kb, b_lo, b_hi, BN: 
 @gluon.jit
 def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, b_lo, b_hi, BN: gl.constexpr, BK: gl.constexpr,
                KW: gl.constexpr, RP: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr,
-               pL: gl.constexpr, aL: gl.constexpr, TILED: gl.constexpr):
+               pL: gl.constexpr, aL: gl.constexpr, TILED: gl.constexpr, BITS: gl.constexpr = False):
     """_step with the weights and scales in the cp.async ring beside x (W_SMEM): refill slot kb - 2 with block
     kb + S - 2's x, words and scales, read block kb's words and scales from shared memory, decode, issue, wait for
     block kb - 1's wgmma. The weights are S - 2 blocks in flight instead of one block in registers."""
@@ -106,7 +106,7 @@ def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, b_lo, b_hi, BN: g
     async_copy.commit_group()
     wd = w_s.index(it % S).load(wL)
     sr = s_s.index(it % S).load(sL).to(gl.float8e4nv, bitcast=True)
-    a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL)
+    a = gg._a_operand(wd, gg._scales(sr, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
     acc = warpgroup_mma(a, x_s.index(it % S).permute((1, 0)), acc, is_async=True)
     acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
     return acc, a, a_prev
@@ -117,13 +117,15 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
                             M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                            W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False, SPLIT_K: gl.constexpr = 1):
+                            W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False, SPLIT_K: gl.constexpr = 1,
+                            BITS: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual), x given k-permuted (permute_k). Grid (cdiv(N, BLOCK_N) *
     cdiv(M, BLOCK_M),), M tiles fastest (neighbouring programs share a weight tile). K % (2 BLOCK_K) == 0; BLOCK_N a
     multiple of 16 x num_warps; BLOCK_M 64..256, a multiple of 64 up to 256; STAGES >= 3 x slots (prefetch
     distance STAGES - 2 blocks). W_SMEM: the weight words and scales go through the same ring (_step_smem)
     instead of one block ahead in registers, whose load latency (about 1 us) one block's wgmma does not cover.
     TILED: the weights in the engine's tiled order (layout.tile_nvfp4; N % 128 == K % 128 == 0), strides ignored.
+    BITS: each word's bits in layout.NVFP4_BITS order (layout.bits_nvfp4; gluon_gemv._bits_pair_asm decodes).
     SPLIT_K > 1: grid (tiles, SPLIT_K); program (t, s) takes the s-th of SPLIT_K equal K ranges (K % (2 BLOCK_K
     SPLIT_K) == 0) and writes fp32 partials to out_ptr [SPLIT_K, M, N] (stride_om = N) without bias or residual,
     which triton_gemv.splitk_reduce_kernel sums and adds: for shapes with fewer tiles than SMs (27B down at M 256:
@@ -181,9 +183,9 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
             async_copy.commit_group()
         for kb in range(b_lo, b_hi, 2):  # unrolled by two, as below
             acc, a0, a1 = _step_smem(acc, a1, x_s, w_s, s_s, x_rows, wp, sp, kb, b_lo, b_hi, BN, BK, KW, RP, S, wL,
-                                     sL, pL, aL, TILED)
+                                     sL, pL, aL, TILED, BITS)
             acc, a1, a0 = _step_smem(acc, a0, x_s, w_s, s_s, x_rows, wp, sp, kb + 1, b_lo, b_hi, BN, BK, KW, RP, S,
-                                     wL, sL, pL, aL, TILED)
+                                     wL, sL, pL, aL, TILED, BITS)
     else:
         for i in gl.static_range(S - 2):  # prologue: x of blocks b_lo .. b_lo + S - 3 (clamped)
             async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + gl.minimum(b_lo + i, b_hi - 1) * BK)
@@ -192,9 +194,9 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
         sr = gl.load(s_rows + _soff(b_lo, BK, TILED))
         for kb in range(b_lo, b_hi, 2):  # unrolled by two: the A operands of even and odd blocks are different values
             acc, a0, a1, wd, sr = _step(acc, a1, wd, sr, x_s, x_rows, w_rows, s_rows, kb, b_lo, b_hi, BN, BK, KW, RP,
-                                        S, wL, pL, aL, TILED)
+                                        S, wL, pL, aL, TILED, BITS)
             acc, a1, a0, wd, sr = _step(acc, a0, wd, sr, x_s, x_rows, w_rows, s_rows, kb + 1, b_lo, b_hi, BN, BK, KW,
-                                        RP, S, wL, pL, aL, TILED)
+                                        RP, S, wL, pL, aL, TILED, BITS)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     async_copy.wait_group(0)
 
@@ -217,7 +219,8 @@ def wgmma_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias and split == 1,
             "HAS_RESIDUAL": has_residual and split == 1,
-            "W_SMEM": config.get("W_SMEM", False), "TILED": bool(config.get("TILED")), "SPLIT_K": split}
+            "W_SMEM": config.get("W_SMEM", False), "TILED": bool(config.get("TILED")), "SPLIT_K": split,
+            "BITS": bool(config.get("BITS"))}
 
 
 def supports(config: dict, K: int) -> bool:

@@ -92,3 +92,10 @@ def bits_nvfp4(weight: torch.Tensor) -> torch.Tensor:
         out |= (t << shift) if shift >= 0 else (t >> -shift)
     out = torch.where(out >= 2 ** 31, out - 2 ** 32, out).to(torch.int32)
     return out.view(torch.uint8).reshape(weight.shape)
+
+
+def gpu_order(weight: torch.Tensor, weight_scale: torch.Tensor, bits: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row-major NVFP4 weight in the order a GPU plan reads: tiled (tile_nvfp4), and with bits its words'
+    bits in NVFP4_BITS order (bits_nvfp4)."""
+    w, ws = tile_nvfp4(weight, weight_scale)
+    return (bits_nvfp4(w) if bits else w), ws

@@ -25,12 +25,14 @@ import torch
 import triton
 import triton.language as tl
 
-from atlas.plugins_trt.quant_linear.layout import TILE_N
+from atlas.plugins_trt.quant_linear.layout import NVFP4_BITS, TILE_N
 from atlas.plugins_trt.quant_linear.triton_gemv import (
-    AotSignature, _epilogue_store, _nvfp4_dot_step, _nvfp4_row_ptrs, aot_signature, check_tiled, e2m1_nibble_f32,
+    AotSignature, _epilogue_store, _nvfp4_dot_step, _nvfp4_row_ptrs, aot_signature, check_tiled, e2m1_bits_f32,
+    e2m1_nibble_f32,
     nvfp4_tile_bf16)
 
 _NVFP4_DOT_DOWN = tl.constexpr(2.0 ** 8)
+(_BA0, _BB0), (_BA1, _BB1), (_BA2, _BB2), (_BA3, _BB3) = ((tl.constexpr(a), tl.constexpr(b)) for a, b in NVFP4_BITS)
 _S_PACK_UP = tl.constexpr(2.0 ** 100)  # nvfp4_dequant_kernel, PACK: E2M1 * 2^-126 * scale * 2^100 is exact
 _S_PACK_DOWN = tl.constexpr(2.0 ** 26)
 FP8_MAX = tl.constexpr(448.0)
@@ -95,9 +97,24 @@ def _bf16_pair(lo, hi):
 
 
 @triton.jit
+def _nibble_f32(w, T: tl.constexpr, BITS: tl.constexpr):
+    """E2M1 * 2^-126 of nibble T of each word, ModelOpt's bit order or (BITS) layout.NVFP4_BITS'."""
+    if not BITS:
+        return e2m1_nibble_f32(w, T)
+    if T // 2 == 0:
+        return e2m1_bits_f32(w, T, _BA0, _BB0)
+    elif T // 2 == 1:
+        return e2m1_bits_f32(w, T, _BA1, _BB1)
+    elif T // 2 == 2:
+        return e2m1_bits_f32(w, T, _BA2, _BB2)
+    else:
+        return e2m1_bits_f32(w, T, _BA3, _BB3)
+
+
+@triton.jit
 def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PACK: tl.constexpr = False,
-                         EVEN_K: tl.constexpr = False, TILED: tl.constexpr = False):
+                         EVEN_K: tl.constexpr = False, TILED: tl.constexpr = False, BITS: tl.constexpr = False):
     """Rows [0, N) of an nvfp4 weight to bf16: out[n, k] = RN_bf16(E2M1 * block scale * weight_scale_2[n]).
     Grid (cdiv(N, BLOCK_N), cdiv(K, BLOCK_K), 1); the pointers may start at any 16-row offset of the weight.
 
@@ -108,7 +125,9 @@ def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, strid
     EVEN_K (K % BLOCK_K == 0): no masks along K, so the weight words load 16 bytes at a time.
     TILED: w_ptr / ws_ptr in the tiled order (layout.tile_nvfp4; strides unused), starting at a multiple of 128 rows
     (a 128-row group of tiles is contiguous; N the slice's rows, K the full K), N, K, BLOCK_K multiples of 128.
+    BITS (PACK only): each word's bits in layout.NVFP4_BITS order (layout.bits_nvfp4).
     """
+    tl.static_assert(PACK or not BITS)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     KW: tl.constexpr = BLOCK_K // 8
@@ -137,10 +156,10 @@ def nvfp4_dequant_kernel(w_ptr, ws_ptr, ws2_ptr, out_ptr, N, K, stride_wn, strid
         # denormal floor); times weight_scale_2 * 2^26 is the one rounding.
         sw = tl.reshape(tl.join(sg, sg), [BLOCK_N, KW]) * _S_PACK_UP
         s2 = (tl.load(ws2_ptr + rows) * _S_PACK_DOWN)[:, None]
-        p0 = _bf16_pair(e2m1_nibble_f32(w, 0) * sw * s2, e2m1_nibble_f32(w, 1) * sw * s2)
-        p1 = _bf16_pair(e2m1_nibble_f32(w, 2) * sw * s2, e2m1_nibble_f32(w, 3) * sw * s2)
-        p2 = _bf16_pair(e2m1_nibble_f32(w, 4) * sw * s2, e2m1_nibble_f32(w, 5) * sw * s2)
-        p3 = _bf16_pair(e2m1_nibble_f32(w, 6) * sw * s2, e2m1_nibble_f32(w, 7) * sw * s2)
+        p0 = _bf16_pair(_nibble_f32(w, 0, BITS) * sw * s2, _nibble_f32(w, 1, BITS) * sw * s2)
+        p1 = _bf16_pair(_nibble_f32(w, 2, BITS) * sw * s2, _nibble_f32(w, 3, BITS) * sw * s2)
+        p2 = _bf16_pair(_nibble_f32(w, 4, BITS) * sw * s2, _nibble_f32(w, 5, BITS) * sw * s2)
+        p3 = _bf16_pair(_nibble_f32(w, 6, BITS) * sw * s2, _nibble_f32(w, 7, BITS) * sw * s2)
         # join adds a last axis, the outer join fastest: [.., j, i] holds pair 2j + i
         pairs = tl.reshape(tl.join(tl.join(p0, p2), tl.join(p1, p3)), [BLOCK_N, 4 * KW])
         offs_p = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
@@ -365,6 +384,8 @@ def _dequant_constexprs(config: dict, K: int) -> dict:
           "EVEN_K": K % config["BLOCK_K"] == 0}
     if config.get("TILED"):  # the tiled weight order (layout.py); left out otherwise
         cx["TILED"] = True
+    if config.get("BITS"):  # the words' bits in layout.NVFP4_BITS order
+        cx["BITS"] = True
     return cx
 
 

@@ -60,6 +60,7 @@ from atlas.plugins_trt.quant_linear.layout import TILE_K, can_tile
 
 # ---- bit patterns (int32 constants spelt signed, as Triton wants them) ------------------------------------
 _E2M1_MASK = tl.constexpr(0x81C00000 - (1 << 32))  # sign bit 31 + E2M1 exponent/mantissa at fp32 bits 24..22
+_E2M1_SIGN = tl.constexpr(0x80000000 - (1 << 32))  # the sign bit alone
 _E4M3_MASK = tl.constexpr(0x87F00000 - (1 << 32))  # sign bit 31 + E4M3 exponent/mantissa at fp32 bits 26..20
 _HI16 = tl.constexpr(0xFFFF0000 - (1 << 32))
 _X_UP = tl.constexpr(2.0 ** 100)  # activation pre-scale (exact while |x| < 2^28)
@@ -116,6 +117,24 @@ def e2m1_nibble_f32(w, T: tl.constexpr):
     else:
         a = (w << (28 - 4 * T)) >> 6  # nibble sign lands on bit 31, the arithmetic shift fills 25..30 with it
     return (a & _E2M1_MASK).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e2m1_bits_f32(w, T: tl.constexpr, A: tl.constexpr, B: tl.constexpr):
+    """e2m1_nibble_f32 for words in layout.NVFP4_BITS order: nibble T's pair (T // 2) has shifts (A, B) (its sign A
+    bits below bit 31 / 15, its magnitude B bits below 24..22 / 8..6); the high nibble (odd T) sits in the high half."""
+    if T % 2 == 0:  # the low half: 16 more
+        SA: tl.constexpr = A + 16
+        SB: tl.constexpr = B + 16
+    else:
+        SA: tl.constexpr = A
+        SB: tl.constexpr = B
+    sign = (w << SA) & _E2M1_SIGN  # SA >= 16 > 0
+    if SB >= 0:
+        mag = (w << SB) & 0x01C00000
+    else:
+        mag = (w.to(tl.uint32, bitcast=True) >> -SB).to(tl.int32, bitcast=True) & 0x01C00000
+    return (sign | mag).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -534,7 +553,9 @@ _PIPE_TILES = [(32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 2), (64, 512, 4, 2
 # 16, 26 configs): SPLIT_K 4 wins on every shape, even N = 34816; the cp.async form (PIPE 3) on the 27B down
 # projection (K 17408) at M 4 / 16; then `--unroll` (below)
 _U2, _PRE2, _PRE4 = {"UNROLL": 2}, {"PRE": 2}, {"PRE": 4}
-_GLUON_TILES = {8: [(64, 256, 4, 4, 1, _U2), (128, 128, 4, 8, 1, _PRE4), (64, 256, 4, 4, 1, _PRE2),
+_U2R, _PRE2R = {"UNROLL": 2, "MAXNREG": 72}, {"PRE": 2, "MAXNREG": 72}
+_GLUON_TILES = {8: [(64, 256, 4, 4, 1, _U2R), (64, 256, 4, 4, 1, _U2), (128, 128, 4, 8, 1, _PRE4),
+                    (64, 256, 4, 4, 1, _PRE2R), (64, 256, 4, 16, 1, {"MAXNREG": 72}), (64, 256, 4, 4, 1, _PRE2),
                     (64, 256, 4, 16, 1), (128, 256, 4, 8, 1), (64, 256, 4, 8, 1, _PRE2), (64, 256, 4, 4, 1),
                     (64, 256, 4, 4, 1, _PRE4), (64, 256, 4, 8, 1, _U2), (64, 128, 4, 4, 3), (64, 256, 4, 4, 2),
                     (128, 256, 4, 4, 1), (256, 256, 8, 4, 1), (64, 256, 4, 16, 1, _PRE4), (64, 256, 4, 1, 1),
@@ -543,7 +564,9 @@ _GLUON_TILES = {8: [(64, 256, 4, 4, 1, _U2), (128, 128, 4, 8, 1, _PRE4), (64, 25
                      (128, 128, 4, 4, 1), (128, 128, 4, 8, 1, _U2), (128, 128, 4, 16, 1), (64, 128, 4, 4, 3),
                      (64, 64, 4, 4, 1), (256, 128, 8, 4, 1), (128, 128, 4, 4, 2), (128, 128, 4, 8, 1),
                      (64, 128, 4, 8, 3)]}
-"""In order of preference (gemv_candidates gives the plain Gluon way its first four that fit), from the H200 sweeps
+"""In order of preference (gemv_candidates gives the plain Gluon way its first four that fit), from the H200 sweeps.
+MAXNREG 72: a register cap (the BITS decode takes 84 registers at BLOCK_N 64 x BLOCK_K 256, 5 programs an SM; 72
+fits 7 without spilling): 27B gate_up M 1 36.3 -> 32.5 us with BITS (tools/results/nvfp4_bits_regcap.json). Earlier
 (tools/results/nvfp4_gluon_unroll.json, nvfp4_gluon_pre.json): UNROLL 2 at M 1 (27B gate_up 36.4 against 37.4 us),
 PRE 2 (the first two weight blocks loaded before the PDL wait) at M 1 (27B gate_up 36.2, 8B qkv 7.8 against 9.0), and
 for M 4..16 128 x 128 blocks with PRE 4 in the tiled order (layout.py; its block is one 8 KB tile): 27B gate_up M 8
@@ -591,6 +614,8 @@ class AotSignature(NamedTuple):
     num_stages: int
     grid_formula: tuple[str, str, str]
     """Grid per dimension over the int parameters and constexprs (atlas.runtime.kernels formula syntax)."""
+    maxnreg: int | None = None
+    """The config's register cap ("MAXNREG"), or None."""
 
     @property
     def params(self) -> list[tuple[str, str]]:
@@ -609,7 +634,8 @@ class AotSignature(NamedTuple):
 
         return KernelSpec(fn=self.fn, name=name, signature=dict(self.signature), constexprs=dict(self.constexprs),
                           num_warps=self.num_warps, num_stages=self.num_stages, grid=tuple(grid),
-                          grid_formula=self.grid_formula, divisible_by_16=self.divisible_by_16)
+                          grid_formula=self.grid_formula, divisible_by_16=self.divisible_by_16,
+                          maxnreg=self.maxnreg)
 
 
 def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: dict, config: dict,
@@ -628,7 +654,8 @@ def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: d
         raise ValueError(f"{fn.__name__}: no type for parameter(s) {missing}")
     sig = {n: ("constexpr" if n in constexprs else types[n]) for n in names}
     div = tuple(n for n in names if sig[n].startswith("*") or (n in ints and ints[n] % 16 == 0))
-    return AotSignature(fn, sig, dict(constexprs), div, config["num_warps"], config["num_stages"], grid_formula)
+    return AotSignature(fn, sig, dict(constexprs), div, config["num_warps"], config["num_stages"], grid_formula,
+                        config.get("MAXNREG"))
 
 
 def ast_source(fn):
@@ -648,8 +675,10 @@ def compile_aot(spec: AotSignature, arch: int = 90):
     from triton.backends.compiler import GPUTarget
 
     src = ast_source(spec.fn)(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    if spec.maxnreg:
+        options["maxnreg"] = spec.maxnreg
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool = False) -> dict:

@@ -2,8 +2,9 @@
 
 Nothing is compiled here: the kernels come from the engine's kernels/ folder through KernelTable,
 and the choice per M was made at build (manifest["linear_kernels"], see build_engine/linear_kernels.py).
-An NVFP4 weight whose plan was built for the tiled order ("TILED" in every bucket's config) is re-ordered once here
-(plugins_trt/quant_linear/layout.py); the engine file keeps the row-major order.
+An NVFP4 weight whose plan was built for the tiled order ("TILED" in every bucket's config; "BITS": each word's bits in
+layout.NVFP4_BITS order too) is re-ordered once here (plugins_trt/quant_linear/layout.py); the engine file keeps the
+row-major order.
 """
 
 from __future__ import annotations
@@ -56,10 +57,14 @@ class CudaLinear:
         # the stream-K GEMV's tile counters (gluon_streamk: zero before its first launch, zero after each), a bucket
         self.counters = {b: torch.zeros(self.n // e["config"]["BLOCK_N"], dtype=torch.int32, device=self.weight.device)
                          for b, e in (plan or {}).items() if e["config"].get("STREAMK")}
+        bits = {bool(e["config"].get("BITS")) for e in (plan or {}).values()}
+        if len(bits) > 1:
+            raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} mixes the NVFP4_BITS word order "
+                              f"with the plain one; rebuild the engine with this version of atlas-build.")
         if self.tiled:
-            from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+            from atlas.plugins_trt.quant_linear.layout import gpu_order
 
-            self.weight, self.weight_scale = tile_nvfp4(self.weight, self.weight_scale)
+            self.weight, self.weight_scale = gpu_order(self.weight, self.weight_scale, bits == {True})
 
     def _launch(self, name: str, **args):
         params = self.kernels.params(name)

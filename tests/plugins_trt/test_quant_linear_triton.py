@@ -471,6 +471,28 @@ def test_tiled_dequant_interpreter(K, pack):
     assert err < 1e-2
 
 
+@cpu_only
+@pytest.mark.parametrize("K", [384, 512], ids=["K-tail", "K-even"])
+def test_bits_dequant_interpreter(K):
+    """The PACK dequantization of a tiled weight whose words are in layout.NVFP4_BITS order (BITS) equals the
+    row-major one bit for bit (the Triton decode e2m1_bits_f32, which the interpreter runs)."""
+    from atlas.plugins_trt.quant_linear.layout import bits_nvfp4
+
+    N = 256
+    cfg = {**GM.CONFIGS_nvfp4_dequant[0], "BLOCK_N": 32, "BLOCK_K": 256, "CHUNK": 128 * K, "PACK": True,
+           "TILED": True, "BITS": True}
+    g = torch.Generator().manual_seed(K + 7)
+    qt = to_device(random_weight("nvfp4", N, K, g))
+    qtt = tiled(qt)
+    want_w = qt.dequantize().to(DEVICE).bfloat16()
+    w = torch.full((N, K), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    GM.launch_nvfp4_dequant(bits_nvfp4(qtt.weight), qtt.weight_scale, qtt.weight_scale_2, w, cfg)
+    assert torch.equal(w, want_w), "BITS dequantization differs from the reference's"
+    w = torch.full((N, K), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    GM.launch_nvfp4_dequant(qtt.weight, qtt.weight_scale, qtt.weight_scale_2, w, cfg)
+    assert not torch.equal(w, want_w), "BITS must change what the kernel reads"
+
+
 def check_quantize_rows(M, K, config, seed):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(M, K, generator=g) * 10 ** torch.randint(-3, 4, (M, 1), generator=g)).bfloat16()

@@ -22,10 +22,9 @@ def tiled_engine(tmp_path_factory):
 @pytest.fixture(scope="module")
 def split_engine(tmp_path_factory):
     """tiny-llama-wide whose GEMM buckets take the wgmma kernel split in two along K where K allows it (K 256, the
-    down projection) and a Triton tile elsewhere."""
+    down projection) and the packed dequantization elsewhere."""
     wg = {**next(c for c in GM.CONFIGS_nvfp4_wgmma if c.get("SPLIT_K") == 2 and c["BLOCK_K"] == 64)}
-    tile = next(c for c in GM.CONFIGS_nvfp4_gemm if not c.get("DEQUANT") and not c.get("WGMMA")
-                and c["BLOCK_K"] % 128 == 0)
+    tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
     mp = pytest.MonkeyPatch()
     mp.setattr(GM, "CONFIGS_nvfp4_gemm", [wg, tile])
     try:
@@ -54,16 +53,20 @@ def test_tiled_order_only_for_whole_tiles():
 
 
 def test_tiled_configs_read_whole_tile_rows():
-    """What tiled_configs keeps: blocks of whole tile rows (the wgmma GEMM also half rows), no Gluon cp.async ring;
-    every way of the GEMV and GEMM keeps some configs."""
+    """What tiled_configs keeps: the ways that read the tiled order with NVFP4_BITS words (reads_bits: Gluon GEMVs of
+    whole tile rows without a cp.async ring, the wgmma GEMM, the packed dequantization), every one marked TILED and
+    BITS; the Triton GEMV / GEMM tiles are left out."""
+    from atlas.build_engine.linear_kernels import reads_bits
+
     gemv = tiled_configs(GV.CONFIGS_nvfp4_gemv)
-    assert gemv and all(c["TILED"] and c["BLOCK_K"] % 128 == 0 for c in gemv)
-    assert not any(c.get("GLUON") and c.get("PIPE", 1) > 2 for c in gemv)
-    assert {bool(c.get("GLUON")) for c in gemv} == {True, False} and {c["BLOCK_M"] for c in gemv} == {1, 2, 4, 8, 16}
+    assert gemv and all(c["TILED"] and c["BITS"] and c["BLOCK_K"] % 128 == 0 and c.get("GLUON") for c in gemv)
+    assert not any(c.get("PIPE", 1) > 2 or c.get("XSMEM") for c in gemv)
+    assert {c["BLOCK_M"] for c in gemv} == {1, 2, 4, 8, 16} and any(c.get("MAXNREG") for c in gemv)
+    assert not reads_bits({"BLOCK_K": 256, "PIPE": 1}) and not reads_bits({"DEQUANT": True, "BLOCK_K": 256})
     gemm = tiled_configs(GM.gemm_candidates("nvfp4", 4096, 4096))
-    assert all(c["TILED"] for c in gemm)
-    assert any(c.get("WGMMA") for c in gemm) and any(c.get("DEQUANT") for c in gemm)
-    assert any(not c.get("WGMMA") and not c.get("DEQUANT") for c in gemm)
+    assert all(c["TILED"] and c["BITS"] for c in gemm)
+    assert any(c.get("WGMMA") for c in gemm) and any(c.get("DEQUANT") and c.get("PACK") for c in gemm)
+    assert not any(not c.get("WGMMA") and not c.get("DEQUANT") for c in gemm)
 
 
 def test_tiled_engine_plan(tiled_engine):
@@ -73,7 +76,7 @@ def test_tiled_engine_plan(tiled_engine):
     assert plan
     for key, entry in plan.items():
         for bucket, item in entry.items():
-            assert item["config"].get("TILED"), (key, bucket)
+            assert item["config"].get("TILED") and item["config"].get("BITS"), (key, bucket)
             if item["config"].get("DEQUANT"):
                 assert item["rows"] % 128 == 0, item
     table = tiled_engine.manifest["kernels"]["kernels"]
@@ -83,7 +86,7 @@ def test_tiled_engine_plan(tiled_engine):
 
 def test_split_wgmma_in_the_plan(split_engine):
     """A split wgmma bucket names the kernel (fp32 partials) and the split-K reduction; K that two even halves of
-    BLOCK_K pairs cannot split keeps the tile."""
+    BLOCK_K pairs cannot split takes the dequantization."""
     table = split_engine.manifest["kernels"]["kernels"]
     seen = 0
     for key, entry in split_engine.manifest["linear_kernels"].items():
@@ -148,6 +151,9 @@ def test_cuda_linear_refuses_a_mixed_plan():
     plan = {"1": {"config": {"TILED": True}}, "64": {"config": {}}}
     with pytest.raises(EngineError, match="mixes tiled and row-major"):
         CudaLinear("nvfp4", t, object(), plan)
+    plan = {"1": {"config": {"TILED": True, "BITS": True}}, "64": {"config": {"TILED": True}}}
+    with pytest.raises(EngineError, match="mixes the NVFP4_BITS word order"):
+        CudaLinear("nvfp4", t, object(), plan)
 
 
 @pytest.mark.gpu
@@ -188,7 +194,7 @@ def test_tiled_gemv_gpu(config):
     """Each tiled GEMV candidate the build would time, at a real shape (Llama-3.1-8B qkv) and at N = 384 (the
     last row tile of a 256-row program is past N), with PDL, against the fp32 reference; output poisoned first."""
     for n, k in ((6144, 4096), (384, 2048)):
-        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k)
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bool(config.get("BITS")))
         m = config["BLOCK_M"] - (config["BLOCK_M"] > 2)  # a partial bucket where there is one
         x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -203,7 +209,7 @@ def test_tiled_gemv_gpu(config):
 def test_tiled_gemm_gpu(config):
     """Each tiled GEMM candidate (Triton tiles, dequantize + cuBLAS, the wgmma kernel) at a real shape, M 300."""
     n, k, m = 6144, 4096, 300
-    g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k)
+    g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bool(config.get("BITS")))
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     y = GM.launch_nvfp4_gemm(x, w, ws, ws2, config)
     ref = x.float() @ ref_w.T
@@ -227,7 +233,7 @@ def test_streamk_gemv_gpu(config):
         if n % config["BLOCK_N"]:
             continue
         cfg = {**config, "PROGRAMS": sk.programs_for(config, n, k, sms)}
-        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k)
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bool(config.get("BITS")))
         m = config["BLOCK_M"] - (config["BLOCK_M"] > 2)
         x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)

@@ -51,7 +51,7 @@ def main(quick: bool = False) -> None:
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
             row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2, "variants": []}
-            cfg0 = shipped[(name, m)]
+            cfg0 = {q: v for q, v in shipped[(name, m)].items() if q != "BITS"}  # on the plain tiled weights
             row["shipped"] = cfg0
             row["shipped_us"] = graph_time([lambda w=w: gemv.launch_nvfp4_gemv(x, *w, cfg0, pdl=True)
                                             for w in tiled], repeats=20) * 1e6
@@ -127,9 +127,10 @@ def bits(regcap: bool = False) -> None:
             sk_cfg = {"BLOCK_M": gemv.gemv_bucket(m), "BLOCK_N": 256, "BLOCK_K": 128, "RING": 4, "STREAMK": 2,
                       "num_warps": 4, "num_stages": 1, "TILED": True}
             sk_cfg["PROGRAMS"] = sk.programs_for(sk_cfg, n, k, sms)
-            variants = [("shipped", shipped[(name, m)], False), ("shipped_bits", shipped[(name, m)], True)]
+            base = {q: v for q, v in shipped[(name, m)].items() if q not in ("BITS", "MAXNREG")}
+            variants = [("shipped", base, False), ("shipped_bits", base, True)]
             if regcap:  # register caps (MAXNREG) on the shipped config, with and without BITS
-                variants += [(f"shipped{'_bits' if on else ''}_r{r}", {**shipped[(name, m)], "MAXNREG": r}, on)
+                variants += [(f"shipped{'_bits' if on else ''}_r{r}", {**base, "MAXNREG": r}, on)
                              for r in (72, 128) for on in (False, True)]
             else:
                 variants += [("streamk", sk_cfg, False), ("streamk_bits", sk_cfg, True)]

@@ -20,20 +20,21 @@ def nvfp4_weight(n: int, k: int):
     return g, [q] + [to_cuda(q) for _ in range(copies_for(nbytes) - 1)], wref, nbytes
 
 
-def nvfp4_tiled_weight(n: int, k: int):
+def nvfp4_tiled_weight(n: int, k: int, bits: bool = False):
     """(generator, tiled words, tiled scales, weight_scale_2, fp32 dequantized reference [N, K]) of fresh random
-    weights seeded by the shape, on the GPU, in the order GPU engines run them (layout.tile_nvfp4)."""
+    weights seeded by the shape, on the GPU, in the order GPU engines run them (layout.gpu_order: tiled, and with
+    bits each word's bits in NVFP4_BITS order, as a "BITS" config reads them)."""
     import torch
 
     from atlas.build_engine.quantize.quantizer import quantize
-    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+    from atlas.plugins_trt.quant_linear.layout import gpu_order
     from atlas.plugins_trt.quant_linear.reference import dequantize
 
     g = torch.Generator(device="cuda").manual_seed(n + k)
     q = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "nvfp4")  # the quantizer answers on the CPU
     w, ws, ws2 = (t.cuda() for t in (q.weight, q.weight_scale, q.weight_scale_2))
     ref = dequantize("nvfp4", w, ws, ws2)
-    return (g, *tile_nvfp4(w, ws), ws2, ref)
+    return (g, *gpu_order(w, ws, bits), ws2, ref)
 
 
 def check_and_time(configs: list[dict], run, ref, copies: list, bound: float = 1e-2) -> tuple[list[dict], dict | None]:
