@@ -418,8 +418,10 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
             acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
             if PRE == 4:
-                acc = _pre_block(acc, w2, s2, x_rows, b_lo + 2, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
-                acc = _pre_block(acc, w3, s3, x_rows, b_lo + 3, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+                acc = _pre_block(acc, w2, s2, x_rows, b_lo + 2, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL,
+                                 BITS)
+                acc = _pre_block(acc, w3, s3, x_rows, b_lo + 3, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL,
+                                 BITS)
             b_mid = gl.minimum(b_lo + PRE, b_hi)
         if UNROLL > 1:  # two blocks' loads issued before either block's math: twice the bytes in flight a warp,
             # nothing carried across the loop (PIPE 2's repacking); an odd block count ends in the plain loop
