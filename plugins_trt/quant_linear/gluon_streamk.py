@@ -17,7 +17,8 @@ partials beside 14 MB of weights). Here:
     writes the output with the epilogue and sets the counter back to 0 for the next launch;
   * the decode and the mma.sync are gluon_gemv's (swap-AB, weights decoded into A-operand registers).
 
-Tiled weights only (layout.py, N % BLOCK_N == 0, BLOCK_N 64 / 128 / 256, BLOCK_K 128 / 256). The counters (int32
+Tiled weights only (layout.py, N % BLOCK_N == 0, BLOCK_N 64 / 128 / 256, BLOCK_K 128 / 256); BITS: each word's bits in
+layout.NVFP4_BITS order (the build's plans use it, gluon_gemv._bits_pair_asm decodes). The counters (int32
 [N / BLOCK_N]) must be zero before the first launch; the kernel leaves them zero. Gluon kernels cannot run in
 Triton's interpreter: the GPU tests of tests/runtime/test_linear_tiled.py check it against the reference.
 """
@@ -300,6 +301,8 @@ def launch_nvfp4_gemv_streamk(x: torch.Tensor, weight: torch.Tensor, weight_scal
     cx = streamk_constexprs(config, bias is not None, residual is not None, pdl)
     if pdl:
         cx["launch_pdl"] = True
+    if config.get("MAXNREG"):  # a register cap for the compiler, as the AOT build applies it
+        cx["maxnreg"] = config["MAXNREG"]
     nvfp4_gemv_streamk_kernel[(config["PROGRAMS"], 1, 1)](
         x, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, out, partials, counters,
         M, N, K, x.stride(0), res.stride(0), out.stride(0), **cx, num_warps=config["num_warps"],

@@ -24,6 +24,8 @@ VARIANTS = [dict(BLOCK_N=bn, BLOCK_K=bk, DEPTH=2, RING=ring, STREAMK=sm, num_war
     (256, 128, 4, 2, 8), (256, 128, 3, 2, 8), (256, 128, 2, 3, 8), (128, 128, 4, 3, 8), (128, 128, 4, 4, 8),
     (256, 256, 3, 2, 8))]
 """(BLOCK_N, BLOCK_K, RING slots (0: the register form), programs an SM, warps)."""
+REGCAPS = (72, 96, 112, 128)
+"""--regcap: register caps (MAXNREG) tried on the shipped configs (72 and 128 measured in nvfp4_bits_regcap.json)."""
 
 
 def main(quick: bool = False) -> None:
@@ -131,7 +133,8 @@ def bits(regcap: bool = False) -> None:
             variants = [("shipped", base, False), ("shipped_bits", base, True)]
             if regcap:  # register caps (MAXNREG) on the shipped config, with and without BITS
                 variants += [(f"shipped{'_bits' if on else ''}_r{r}", {**base, "MAXNREG": r}, on)
-                             for r in (72, 128) for on in (False, True)]
+                             for r in REGCAPS for on in (False, True)]
+                variants += [(f"streamk_bits_r{r}", {**sk_cfg, "MAXNREG": r}, True) for r in REGCAPS[1:]]
             else:
                 variants += [("streamk", sk_cfg, False), ("streamk_bits", sk_cfg, True)]
             for key, cfg, on in variants:
