@@ -120,6 +120,23 @@ def test_streamk_candidates():
         check_streamk({**cands[0], "PROGRAMS": 10 ** 6}, 6144, 4096)
 
 
+@pytest.mark.parametrize("bucket", [1, 16])
+def test_streamk_kernel_compiles_for_sm90(bucket):
+    """Every stream-K candidate (BITS words) compiles for sm_90 on the CPU, with the pieces its reduction relies on:
+    one acq_rel GPU-scope atomic on the tile counter (one thread), a GPU-scope fence before it and before the
+    partials are read back, the partials read past L1 (ld.global.cg), the PDL wait and launch, and no local memory."""
+    from atlas.plugins_trt.quant_linear.gluon_streamk import signature_nvfp4_gemv_streamk
+    from atlas.plugins_trt.quant_linear.triton_gemv import compile_aot
+
+    for cfg in streamk_candidates(bucket, 6144, 4096, 132):
+        ptx = compile_aot(signature_nvfp4_gemv_streamk(cfg, 6144, 4096, pdl=True)).asm["ptx"]
+        atoms = [line for line in ptx.splitlines() if "atom." in line]
+        assert len(atoms) == 1 and "atom.global.gpu.acq_rel.add" in atoms[0] and atoms[0].strip().startswith("@"), atoms
+        assert ptx.count("fence.acq_rel.gpu") == 2 and "ld.global.cg" in ptx, cfg
+        assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, cfg
+        assert "mma.sync" in ptx and ".local" not in ptx, cfg
+
+
 def test_streamk_engine_plan(streamk_engine):
     """A stream-K bucket names one kernel (grid PROGRAMS, partials and counters as parameters), no reduction; the
     runtime's partials shape is the kernel's."""
