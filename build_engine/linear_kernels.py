@@ -83,8 +83,8 @@ def tiled_configs(configs: list[dict]) -> list[dict]:
     """The configs that can read the GPU order of a weight of whole tiles (layout.tile_nvfp4, then bits_nvfp4),
     marked "TILED" and "BITS" (reads_bits). Measured on the H200 (tools/results/nvfp4_bits.json,
     nvfp4_bits_regcap.json): the bit order takes the GEMV decode from 13 to 7 integer-pipe operations a word, 5-13%
-    at M 4..8 and, with a 72-register cap, 10-15% at M 1; every NVFP4 case of gemm.json was won by a way that reads
-    it (Gluon GEMV, stream-K, wgmma, packed dequantization)."""
+    at M 4..8 and, with a 72-register cap, up to 15% at M 1 (27B gate_up 36.3 -> 32.5 us; 27B down unchanged); every
+    NVFP4 case of gemm.json was won by a way that reads it (Gluon GEMV, stream-K, wgmma, packed dequantization)."""
     return [{**c, "TILED": True, "BITS": True} for c in configs if reads_bits(c)]
 
 

@@ -122,6 +122,28 @@ def x_pairs_layout(BK, MP, NW):
                                       warp_bases=[[0, 0]] * (NW.bit_length() - 1), block_bases=[], shape=[MP, BK // 2])
 
 
+@gluon.constexpr_function
+def mma_layouts(BN, BK, MP, NW):
+    """The swap-AB mma.sync kernels' layouts: (accumulator, A operand, B operand, words, scales, pairs, x)."""
+    BN, BK, MP, NW = (getattr(v, "value", v) for v in (BN, BK, MP, NW))
+    mma = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1], instr_shape=[16, 8])
+    layouts = (mma, gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2),
+               gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2), words_layout(BN, BK // 8, NW, False),
+               words_layout(BN, BK // 8, NW, True), pairs_layout(BN, BK, NW), x_layout(BK, MP, NW))
+    return gl.tuple([gl.constexpr(v) for v in layouts])  # a tuple of constexprs, unpacked in the kernels
+
+
+@gluon.constexpr_function
+def copy_layouts(BK, NW):
+    """cp.async copy layouts of one block: (words: 4 int32 = 16 bytes a thread, scales: 4 bytes, x: 8 bf16)."""
+    BK, NW = (getattr(v, "value", v) for v in (BK, NW))
+    KW = BK // 8
+    layouts = (gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0]),
+               gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0]),
+               gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0]))
+    return gl.tuple([gl.constexpr(v) for v in layouts])
+
+
 @gluon.jit
 def _x_unpack(xw, BK: gl.constexpr, MP: gl.constexpr, xL: gl.constexpr):
     """int32 bf16 pairs [MP, BK/2] -> bf16 [MP, BK] in x_layout (a register rename: low half = even k)."""
@@ -236,10 +258,7 @@ def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, 
     w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
     s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [S, MP, BK], shl)
-    # copy layouts: 4 words / 4 scales / 8 x values a thread
-    wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])
-    scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])
-    xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])
+    wcL, scL, xcL = copy_layouts(BK, NW)
     wr = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
     wp = (w_ptr + wr[:, None] * stride_wn).to(gl.pointer_type(gl.int32)) \
         + gl.arange(0, KW, layout=gl.SliceLayout(0, wcL))[None, :]
@@ -335,13 +354,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     BN: gl.constexpr = BLOCK_N
     KW: gl.constexpr = BK // 8
     RP: gl.constexpr = BK // 32
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1], instr_shape=[16, 8])
-    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    bL: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-    wL: gl.constexpr = words_layout(BN, KW, NW, False)
-    sL: gl.constexpr = words_layout(BN, KW, NW, True)
-    pL: gl.constexpr = pairs_layout(BN, BK, NW)
-    xL: gl.constexpr = x_layout(BK, MP, NW)
+    mma, aL, bL, wL, sL, pL, xL = mma_layouts(BN, BK, MP, NW)
     pid, pk = gl.program_id(0), gl.program_id(1)
     nb = K // BK
     per = (nb + SPLIT_K - 1) // SPLIT_K

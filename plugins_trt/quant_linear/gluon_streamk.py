@@ -8,7 +8,8 @@ partials beside 14 MB of weights). Here:
 
   * the weight is T = (N / BLOCK_N) * (K / BLOCK_K) blocks in row-tile-major order; program c takes blocks
     [c T / G, (c + 1) T / G) (G = PROGRAMS), so every program streams the same number of blocks, across row tiles,
-    with the next DEPTH - 1 blocks' weights always in flight (registers; the first ones before the PDL wait);
+    with the next blocks' weights always in flight (in registers one block ahead, or in a cp.async ring; the first
+    ones before the PDL wait);
   * a row tile's blocks are met by one program (its output is written directly) or by a run of consecutive programs
     (stream-K segments). Each program has at most two partial segments: the first (starting inside a tile: slot 0)
     and the last (starting at a tile's first block and ending inside it: slot 1), stored unscaled in fp32 to
@@ -31,8 +32,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from atlas.plugins_trt.quant_linear.gluon_gemv import (
-    _block, _gdc_launch_dependents, _gdc_wait, _row_ptrs, _scales, _store_out, _x_operand, _x_unpack, pairs_layout,
-    words_layout, x_layout, x_pairs_layout)
+    _block, _gdc_launch_dependents, _gdc_wait, _row_ptrs, _scales, _store_out, _x_operand, _x_unpack, copy_layouts,
+    mma_layouts, x_pairs_layout)
 from atlas.runtime.layers.linear_cuda import streamk_partials_shape
 
 
@@ -98,15 +99,15 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
                               M, N, K, stride_xm, stride_rm, stride_om,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               PROGRAMS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                              DEPTH: gl.constexpr = 2, RING: gl.constexpr = 0,
-                              PDL: gl.constexpr = False, BITS: gl.constexpr = False):
+                              RING: gl.constexpr = 0, PDL: gl.constexpr = False, BITS: gl.constexpr = False):
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; grid (PROGRAMS, 1, 1), PROGRAMS <= T (the block count).
 
     x_ptr *bf16 [M, K] (row stride stride_xm); w_ptr / ws_ptr the tiled NVFP4 weight (layout.tile_nvfp4);
     ws2_ptr *fp32 [N]; out_ptr *bf16 [M, N]; part_ptr *fp32 [PROGRAMS, 2, BLOCK_N, MP] (MP = 8, or 16 for
-    BLOCK_M 16); cnt_ptr *i32 [N / BLOCK_N], zero. DEPTH 2 / 3: blocks whose weights are loaded (into registers) ahead
-    of the math; RING >= 3 instead: cp.async of words, scales and x through RING shared-memory slots, RING - 1 blocks
-    ahead (one CTA barrier a block, as gluon_gemv._pipelined; no weight registers cross the loop)."""
+    BLOCK_M 16); cnt_ptr *i32 [N / BLOCK_N], zero. RING 0: the next block's weights loaded into registers before
+    this block's math (a third register block measured slower, tools/results/nvfp4_streamk_registers.json); RING >= 3:
+    cp.async of words, scales and x through RING shared-memory slots, RING - 1 blocks ahead (one CTA barrier a block,
+    as gluon_gemv._pipelined; no weight registers cross the loop). BITS: words in layout.NVFP4_BITS order."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -114,15 +115,8 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
     KW: gl.constexpr = BK // 8
     RP: gl.constexpr = BK // 32
     G: gl.constexpr = PROGRAMS
-    gl.static_assert(DEPTH == 2 or DEPTH == 3)
     gl.static_assert(BK % 128 == 0)
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1], instr_shape=[16, 8])
-    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    bL: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-    wL: gl.constexpr = words_layout(BN, KW, NW, False)
-    sL: gl.constexpr = words_layout(BN, KW, NW, True)
-    pL: gl.constexpr = pairs_layout(BN, BK, NW)
-    xL: gl.constexpr = x_layout(BK, MP, NW)
+    mma, aL, bL, wL, sL, pL, xL = mma_layouts(BN, BK, MP, NW)
     c = gl.program_id(0)
     nk = K // BK
     T = (N // BN) * nk
@@ -138,10 +132,7 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
         w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
         s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
         x_s = gl.allocate_shared_memory(gl.bfloat16, [S, MP, BK], shl)
-        # copy layouts: 16-byte words, 4-byte scale groups, 16-byte x
-        wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])
-        scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])
-        xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])
+        wcL, scL, xcL = copy_layouts(BK, NW)
         wp, sp = _row_ptrs(w_ptr, ws_ptr, gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)),
                            gl.arange(0, BN, layout=gl.SliceLayout(1, scL)),
                            gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
@@ -172,7 +163,7 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
             acc, seg_lo = _after_block(acc, g, c, seg_lo, last, nk, T, G, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                                        part_ptr, cnt_ptr, stride_rm, stride_om, BN, MP, mma, HAS_BIAS, HAS_RESIDUAL)
         async_copy.wait_group(0)
-    else:  # registers: the weights of DEPTH - 1 blocks ahead
+    else:  # registers: the next block's weights loaded before this block's math
         w_lane, s_lane = _row_ptrs(w_ptr, ws_ptr, gl.arange(0, BN, layout=gl.SliceLayout(1, wL)),
                                    gl.arange(0, BN, layout=gl.SliceLayout(1, sL)),
                                    gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
@@ -184,26 +175,19 @@ def nvfp4_gemv_streamk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, 
         xpmask = (xpm < M)[:, None]
         wd = gl.load(w_lane + _block_off(lo, nk, K, BN, BK, 2048, 16))
         sr = gl.load(s_lane + _block_off(lo, nk, K, BN, BK, 1024, 8))
-        if DEPTH == 3:
-            g1 = gl.minimum(lo + 1, last)
-            wd1 = gl.load(w_lane + _block_off(g1, nk, K, BN, BK, 2048, 16))
-            sr1 = gl.load(s_lane + _block_off(g1, nk, K, BN, BK, 1024, 8))
         if PDL:  # the weights are nobody's output: only x (and the partials, counters, output) wait
             _gdc_launch_dependents()
             _gdc_wait()
         xw = gl.load(xp_rows + (lo % nk) * (BK // 2), mask=xpmask, other=0)
         for g in range(lo, hi):
-            # the weights of the block DEPTH - 1 ahead (clamped to this program's last), then x of the next block
-            ga = gl.minimum(g + DEPTH - 1, last)
+            # the next block's weights and x (clamped to this program's last block)
+            ga = gl.minimum(g + 1, last)
             wd_a = gl.load(w_lane + _block_off(ga, nk, K, BN, BK, 2048, 16))
             sr_a = gl.load(s_lane + _block_off(ga, nk, K, BN, BK, 1024, 8))
-            xw_n = gl.load(xp_rows + (gl.minimum(g + 1, last) % nk) * (BK // 2), mask=xpmask, other=0)
+            xw_n = gl.load(xp_rows + (ga % nk) * (BK // 2), mask=xpmask, other=0)
             b = _x_operand(_x_unpack(xw, BK, MP, xL), BK, MP, RP, bL)
             acc = _block(acc, wd, _scales(sr, BN, KW, wL), b, BN, BK, RP, pL, aL, BITS)
-            if DEPTH == 3:
-                wd, sr, wd1, sr1 = wd1, sr1, wd_a, sr_a
-            else:
-                wd, sr = wd_a, sr_a
+            wd, sr = wd_a, sr_a
             xw = xw_n
             acc, seg_lo = _after_block(acc, g, c, seg_lo, last, nk, T, G, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                                        part_ptr, cnt_ptr, stride_rm, stride_om, BN, MP, mma, HAS_BIAS, HAS_RESIDUAL)
@@ -259,7 +243,7 @@ def workspace_shapes(config: dict, n: int) -> tuple[tuple[int, ...], tuple[int, 
 def streamk_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool) -> dict:
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "PROGRAMS": config["PROGRAMS"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
-            "DEPTH": config.get("DEPTH", 2), "RING": config.get("RING", 0), "PDL": pdl,
+            "RING": config.get("RING", 0), "PDL": pdl,
             "BITS": bool(config.get("BITS"))}
 
 

@@ -18,7 +18,7 @@ import sys
 SHAPES = {"llama-3.1-8b.qkv": (6144, 4096), "llama-3.1-8b.gate_up": (28672, 4096), "llama-3.1-8b.down": (4096, 14336),
           "qwen3.5-27b.gate_up": (34816, 5120), "qwen3.5-27b.down": (5120, 17408),
           "llama-3.1-8b.lm_head": (128256, 4096)}
-VARIANTS = [dict(BLOCK_N=bn, BLOCK_K=bk, DEPTH=2, RING=ring, STREAMK=sm, num_warps=nw) for bn, bk, ring, sm, nw in (
+VARIANTS = [dict(BLOCK_N=bn, BLOCK_K=bk, RING=ring, STREAMK=sm, num_warps=nw) for bn, bk, ring, sm, nw in (
     (256, 128, 4, 2, 4), (128, 128, 0, 2, 4), (128, 128, 4, 2, 4), (128, 128, 6, 3, 4),  # STREAMK_TILES
     # 8 warps: ncu puts 4-warp programs at 11% occupancy with half the cycles of no eligible warp
     (256, 128, 4, 2, 8), (256, 128, 3, 2, 8), (256, 128, 2, 3, 8), (128, 128, 4, 3, 8), (128, 128, 4, 4, 8),
@@ -28,15 +28,11 @@ REGCAPS = (72, 96, 112, 128)
 """--regcap: register caps (MAXNREG) tried on the shipped configs (72 and 128 measured in nvfp4_bits_regcap.json)."""
 
 
-def main(quick: bool = False) -> None:
+def _setup():
+    """(output folder, gemm.json's NVFP4 config by (shape, M), SM count, copy bandwidth, the result record)."""
     import torch
 
-    from atlas.plugins_trt.quant_linear import gluon_streamk as sk
-    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
-    from atlas.tools.bench.timing import copy_bandwidth, graph_time
-    from atlas.tools.bench_gemm import rel
-    from atlas.tools.dev.variants import nvfp4_weight
+    from atlas.tools.bench.timing import copy_bandwidth
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -44,11 +40,30 @@ def main(quick: bool = False) -> None:
                json.load(open("tools/results/gemm.json"))["cases"]}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bw = copy_bandwidth()
-    res = {"copy_bandwidth": bw, "sm_count": sms, "rows": []}
+    return out_dir, shipped, sms, bw, {"copy_bandwidth": bw, "sm_count": sms, "rows": []}
+
+
+def _tiled_weights(n: int, k: int):
+    """(generator, rotated copies of a fresh NVFP4 weight as (words, scales, weight_scale_2) in the tiled order,
+    fp32 reference [N, K], bytes a copy)."""
+    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+    from atlas.tools.dev.variants import nvfp4_weight
+
+    g, qs, wref, nbytes = nvfp4_weight(n, k)
+    return g, [tile_nvfp4(q.weight, q.weight_scale) + (q.weight_scale_2,) for q in qs], wref, nbytes
+
+
+def main(quick: bool = False) -> None:
+    import torch
+
+    from atlas.plugins_trt.quant_linear import gluon_streamk as sk
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.tools.bench.timing import graph_time
+    from atlas.tools.bench_gemm import rel
+
+    out_dir, shipped, sms, bw, res = _setup()
     for name, (n, k) in SHAPES.items():
-        g, qs, wref, nbytes = nvfp4_weight(n, k)
-        tiled = [tile_nvfp4(q.weight, q.weight_scale) + (q.weight_scale_2,) for q in qs]
-        del qs
+        g, tiled, wref, nbytes = _tiled_weights(n, k)
         for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ wref.T
@@ -105,22 +120,13 @@ def bits(regcap: bool = False) -> None:
 
     from atlas.plugins_trt.quant_linear import gluon_streamk as sk
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.plugins_trt.quant_linear.layout import bits_nvfp4, tile_nvfp4
-    from atlas.tools.bench.timing import copy_bandwidth, graph_time
+    from atlas.plugins_trt.quant_linear.layout import bits_nvfp4
+    from atlas.tools.bench.timing import graph_time
     from atlas.tools.bench_gemm import rel
-    from atlas.tools.dev.variants import nvfp4_weight
 
-    out_dir = os.environ.get("OUT", "/tmp/out")
-    os.makedirs(out_dir, exist_ok=True)
-    shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in
-               json.load(open("tools/results/gemm.json"))["cases"]}
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    bw = copy_bandwidth()
-    res = {"copy_bandwidth": bw, "sm_count": sms, "rows": []}
+    out_dir, shipped, sms, bw, res = _setup()
     for name, (n, k) in SHAPES.items():
-        g, qs, wref, nbytes = nvfp4_weight(n, k)
-        tiled = [tile_nvfp4(q.weight, q.weight_scale) + (q.weight_scale_2,) for q in qs]
-        del qs
+        g, tiled, wref, nbytes = _tiled_weights(n, k)
         bitsw = [(bits_nvfp4(w), ws, ws2) for w, ws, ws2 in tiled]
         for m in ((1, 16) if "lm_head" in name else (1, 4, 8, 16)):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
