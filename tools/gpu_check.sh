@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|fold|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -67,6 +67,30 @@ if [ "$what" = profilesk ]; then  # Nsight Compute: the stream-K GEMV (27B gate_
             --section ComputeWorkloadAnalysis --section InstructionStats \
             python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.txt" 2>&1
         grep -a "rel error\|Duration\|DRAM Throughput\|highest-utilized\|Issue Slots\|Achieved Occupancy\|Registers Per\|No Eligible" "$out/ncu_$name.txt" | head -12
+    done
+fi
+if [ "$what" = fold ]; then  # the split GEMV with its split-K reduction inside (FOLD): its GPU tests, then where a
+    # small layer's time goes and FOLD beside the two-launch split (tools/dev/nvfp4_fold.py)
+    timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py -k fold 2>&1 \
+        | tee "$out/pytest_fold_gpu.log" | tail -6
+    timeout 330 python3 -m atlas.tools.dev.nvfp4_fold 2>&1 | tee "$out/nvfp4_fold.log" | grep -a " M=\|Error" | tail -40
+fi
+if [ "$what" = srcprof ]; then  # bf16 subnormals through the tensor cores, then Nsight Compute's per-instruction
+    # stall samples of the shipped GEMVs (27B gate_up M 1, 8B qkv M 1 and M 16): where the warps wait
+    python3 -m atlas.tools.dev.mma_subnormal 2>&1 | tee "$out/mma_subnormal.txt"
+    t='"num_warps": 4, "num_stages": 1, "GLUON": true, "PIPE": 1, "TILED": true, "BITS": true'
+    i=0
+    for case in "qwen3.5-27b.gate_up 1 {\"BLOCK_M\": 1, \"BLOCK_N\": 64, \"BLOCK_K\": 256, \"SPLIT_K\": 4, \"UNROLL\": 2, \"MAXNREG\": 72, $t}" \
+        "llama-3.1-8b.qkv 1 {\"BLOCK_M\": 1, \"BLOCK_N\": 64, \"BLOCK_K\": 256, \"SPLIT_K\": 4, \"PRE\": 4, $t}" \
+        "llama-3.1-8b.qkv 16 {\"BLOCK_M\": 16, \"BLOCK_N\": 128, \"BLOCK_K\": 128, \"SPLIT_K\": 8, \"UNROLL\": 2, $t}"; do
+        set -- $case; i=$((i + 1)); name="src_$1_$2"
+        ncu --clock-control none --kernel-name regex:"nvfp4_gemv_mma" --launch-skip 2 --launch-count 1 \
+            --section WarpStateStats --section SourceCounters --section SchedulerStats -o "/tmp/$name" \
+            python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.log" 2>&1
+        ncu -i "/tmp/$name.ncu-rep" --page source --csv --print-source sass > "$out/ncu_$name.csv" 2>&1
+        ncu -i "/tmp/$name.ncu-rep" --page details > "$out/ncu_$name.txt" 2>&1
+        grep -a "Issued Warp\|No Eligible\|Active Warps Per\|Warp Cycles Per Issued" "$out/ncu_$name.txt" | head -5
+        wc -l "$out/ncu_$name.csv"
     done
 fi
 if [ "$what" = bits ]; then  # NVFP4 words in layout.NVFP4_BITS order (7 ALU operations a word to decode, not 13):

@@ -266,3 +266,92 @@ def test_streamk_gemv_gpu(config):
         assert err < 1e-2, (n, k, err)
         assert torch.equal(outs[0], outs[1]), (n, k)
         assert int(cnt.abs().sum()) == 0, (n, k)
+
+
+_FOLD = LK.fold_configs(_GEMV)
+
+
+@pytest.mark.parametrize("bucket", [1, 16])
+def test_fold_kernel_compiles_for_sm90(bucket):
+    """Every FOLD form of a split Gluon GEMV candidate compiles for sm_90 with the in-kernel reduction (one
+    acquire-release atomic on the row tile's counter, two fences, L1-bypassing partial reads), PDL and no local
+    memory; its run-time parameters add the partials and counters, and the unfolded form has neither."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import compile_aot, signature_nvfp4_gemv
+
+    configs = LK.fold_configs(gemv_candidates(tiled_configs(GV.CONFIGS_nvfp4_gemv), bucket, 6144, 16, 4096))
+    assert configs
+    for cfg in configs:
+        spec = signature_nvfp4_gemv(cfg, 6144, 4096, pdl=True)
+        assert spec.signature["part_ptr"] == "*fp32" and spec.signature["cnt_ptr"] == "*i32"
+        assert spec.signature["out_ptr"] == "*bf16"
+        ptx = compile_aot(spec).asm["ptx"]
+        atoms = [line for line in ptx.splitlines() if "atom." in line]
+        assert len(atoms) == 1 and "atom.global.gpu.acq_rel.add" in atoms[0], atoms
+        assert ptx.count("fence.acq_rel.gpu") == 2 and "ld.global.cg" in ptx, cfg
+        assert "griddepcontrol.wait" in ptx and "mma.sync" in ptx and ".local" not in ptx, cfg
+        plain = signature_nvfp4_gemv({q: v for q, v in cfg.items() if q != "FOLD"}, 6144, 4096, pdl=True)
+        assert plain.signature["part_ptr"] == "constexpr" and plain.signature["out_ptr"] == "*fp32"
+
+
+@pytest.fixture(scope="module")
+def fold_engine(tmp_path_factory):
+    """tiny-llama-wide whose GEMV buckets all take a split Gluon GEMV with the reduction folded in."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(LK, "nvfp4_gemv_candidates", lambda bucket, n, k, most, sm_count=LK.SM_COUNT: LK.fold_configs(
+        gemv_candidates(tiled_configs(GV.CONFIGS_nvfp4_gemv), bucket, n, 64, k)))
+    try:
+        return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("fold") / "e",
+                                 dtype="nvfp4", device="cuda", autotune=False, progress=False))
+    finally:
+        mp.undo()
+
+
+def test_fold_engine_plan(fold_engine):
+    """A FOLD bucket names one kernel (partials and counters as parameters) and no reduction; the runtime's partials
+    shape covers the kernel's grid."""
+    from atlas.runtime.layers.linear_cuda import fold_partials_shape
+
+    table = fold_engine.manifest["kernels"]["kernels"]
+    seen = 0
+    for key, entry in fold_engine.manifest["linear_kernels"].items():
+        n = int(key.split(":")[1].split("x")[0])
+        for bucket in ("1", "2", "4", "8", "16"):
+            item = entry[bucket]
+            cfg = item["config"]
+            assert cfg.get("FOLD") and cfg["SPLIT_K"] > 1 and item["reduce"] is None, (key, bucket, cfg)
+            params = dict(table[item["kernel"]]["params"])
+            assert params["part_ptr"] == "*fp32" and params["cnt_ptr"] == "*i32" and params["out_ptr"] == "*bf16"
+            assert table[item["kernel"]]["grid"][:2] == [-(-n // cfg["BLOCK_N"]), cfg["SPLIT_K"]]
+            assert fold_partials_shape(cfg, n)[:2] == (-(-n // cfg["BLOCK_N"]), cfg["SPLIT_K"])
+            seen += 1
+    assert seen
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_fold_engine_linears_match_reference(m, fold_engine):
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    check_engine_linears(fold_engine, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _FOLD, ids=_ids(_FOLD))
+def test_fold_gemv_gpu(config):
+    """Each FOLD form of a split tiled GEMV candidate, at a real shape (8B qkv) and at N 384 / K 2048, with bias and
+    residual, against the fp32 reference: deterministic (two launches bit-identical), counters back to 0."""
+    for n, k in ((6144, 4096), (384, 2048)):
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bool(config.get("BITS")))
+        m = config["BLOCK_M"] - (config["BLOCK_M"] > 2)
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+        res = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+        outs = []
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            outs.append(GV.launch_nvfp4_gemv(x, w, ws, ws2, config, bias=bias, residual=res, out=out, pdl=True))
+        ref = x.float() @ ref_w.T + bias.float() + res.float()
+        err = float((outs[0].float() - ref).norm() / ref.norm())
+        assert err < 1e-2, (n, k, err)
+        assert torch.equal(outs[0], outs[1]), (n, k)
+        assert int(GV.counters(x.device, -(-n // config["BLOCK_N"])).abs().sum()) == 0, (n, k)
