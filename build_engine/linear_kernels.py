@@ -29,7 +29,7 @@ import torch
 from atlas.build_engine.kernels import compile_kernel, write_kernels
 from atlas.plugins_trt.quant_linear.layout import can_tile
 from atlas.runtime.config import ModelConfig
-from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS, folds
+from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS
 from atlas.runtime.layout import canonical_shapes
 
 KERNEL_FORMATS = ("nvfp4", "fp8")
@@ -130,12 +130,6 @@ def streamk_candidates(bucket: int, n: int, k: int, sm_count: int = SM_COUNT) ->
                "BITS": True, "STREAMK": per_sm, "RING": ring}
         out.append({**cfg, "PROGRAMS": programs_for(cfg, n, k, sm_count)})
     return out
-
-
-def fold_configs(configs: list[dict]) -> list[dict]:
-    """The split Gluon GEMV configs among these (SPLIT_K > 1), each with its split-K reduction folded in ("FOLD":
-    one launch, gluon_gemv._fold_out, instead of the GEMV and splitk_reduce_kernel)."""
-    return [{**c, "FOLD": True} for c in configs if c.get("GLUON") and c.get("SPLIT_K", 1) > 1]
 
 
 def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int, sm_count: int = SM_COUNT) -> list[dict]:
@@ -261,7 +255,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                     qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
                     item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
                                         gemm.grid_quantize_rows_fp8(qcfg, bucket))
-            if cfg.get("SPLIT_K", 1) > 1 and not folds(cfg):  # fp32 partials, summed (+ bias) by the split-K reduction
+            if cfg.get("SPLIT_K", 1) > 1:  # fp32 partials, summed (+ bias) by the split-K reduction
                 rcfg = gemv.CONFIGS_splitk_reduce[0]
                 rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
                 item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",

@@ -44,12 +44,6 @@ def _gdc_wait():
 
 
 @gluon.jit
-def _fence():
-    """fence.acq_rel.gpu: this thread's earlier writes are visible GPU-wide before its later ones (and reads)."""
-    gl.inline_asm_elementwise("fence.acq_rel.gpu; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _gdc_launch_dependents():
     gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
                               is_pure=False, pack=1)
@@ -243,33 +237,6 @@ def _store_out(acc, cn, cm, pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, strid
 
 
 @gluon.jit
-def _fold_out(acc, pid, pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr, stride_rm, stride_om,
-              BN: gl.constexpr, MP: gl.constexpr, SPLIT_K: gl.constexpr, mma: gl.constexpr, HAS_BIAS: gl.constexpr,
-              HAS_RESIDUAL: gl.constexpr):
-    """FOLD: the split-K reduction inside the GEMV. Split pk stores its rows < M of acc (unscaled fp32) to
-    part[pid, pk], then (after a fence) adds one to row tile pid's counter; the split that brings it to SPLIT_K sums
-    the SPLIT_K partials in split order (deterministic whichever comes last), writes the output with the epilogue
-    and sets the counter back to 0 for the next launch (gluon_streamk's protocol, one segment a program)."""
-    r = gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
-    cm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
-    offs = r[:, None] * MP + cm[None, :]
-    pmask = (cm < M)[None, :] & (r < BN)[:, None]
-    base = part_ptr + pid * (SPLIT_K * BN * MP)
-    gl.store(base + pk * (BN * MP) + offs, acc, mask=pmask)
-    _fence()
-    gl.thread_barrier()
-    old = gl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu")
-    if old == SPLIT_K - 1:  # every other split is in
-        _fence()
-        tot = gl.load(base + offs, mask=pmask, other=0.0, cache_modifier=".cg")
-        for s in gl.static_range(1, SPLIT_K):
-            tot += gl.load(base + s * (BN * MP) + offs, mask=pmask, other=0.0, cache_modifier=".cg")
-        _store_out(tot, pid * BN + r, cm, 0, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
-                   HAS_BIAS, HAS_RESIDUAL)
-        gl.store(cnt_ptr + pid, 0)
-
-
-@gluon.jit
 def _pre_block(acc, wd, sr, x_rows, kb, b_hi, nb, xmask, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr,
                KW: gl.constexpr, MP: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
                bL: gl.constexpr, BITS: gl.constexpr = False):
@@ -370,7 +337,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
                           XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0,
-                          BITS: gl.constexpr = False, FOLD: gl.constexpr = False, part_ptr=None, cnt_ptr=None):
+                          BITS: gl.constexpr = False):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
@@ -380,10 +347,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     a block's bytes in one or two runs. XSMEM (with PIPE 1): x through that many shared-memory slots, read once a
     program (`_x_shared`). UNROLL 2 (PIPE 1, no XSMEM): the K loop two blocks a step, both blocks' loads first.
     PRE 2 / 4 (PIPE 1, no XSMEM or UNROLL): that many blocks' weights loaded before the PDL wait (all of a short
-    split), so that they stream during the kernel before. FOLD (SPLIT_K > 1): one launch, the split-K reduction
-    inside (`_fold_out`): out_ptr is the bf16 output (bias / residual applied there), part_ptr *fp32
-    [cdiv(N, BLOCK_N), SPLIT_K, BLOCK_N, MP] and cnt_ptr *i32 [cdiv(N, BLOCK_N)] (zero before the first launch,
-    left zero)."""
+    split), so that they stream during the kernel before."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -491,10 +455,6 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             sc = _scales(gl.load(s_rows + kb * sstep), BN, KW, wL)
             b = _x_operand(gl.load(x_rows + kb * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
             acc = _block(acc, gl.load(w_rows + kb * wstep), sc, b, BN, BK, RP, pL, aL, BITS)
-    if FOLD and SPLIT_K > 1:
-        _fold_out(acc, pid, pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr, stride_rm, stride_om,
-                  BN, MP, SPLIT_K, mma, HAS_BIAS, HAS_RESIDUAL)
-    else:
-        _store_out(acc, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma)),
-                   gl.arange(0, MP, layout=gl.SliceLayout(0, mma)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
-                   stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+    _store_out(acc, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma)),
+               gl.arange(0, MP, layout=gl.SliceLayout(0, mma)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+               stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)

@@ -697,8 +697,6 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["PRE"] = config["PRE"]
     if config.get("BITS"):  # the Gluon GEMV's words in layout.NVFP4_BITS order
         cx["BITS"] = True
-    if config.get("FOLD"):  # the Gluon GEMV's split-K reduction inside (gluon_gemv._fold_out)
-        cx["FOLD"] = True
     return cx
 
 
@@ -709,27 +707,18 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
                          has_residual: bool = False, pdl: bool = False) -> AotSignature:
     """nvfp4_gemv_kernel for a contiguous [N, K] weight; M stays a run-time argument (1 <= M <= BLOCK_M).
 
-    out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel), except for
-    a "FOLD" config (Gluon, SPLIT_K > 1), which reduces inside: out_ptr '*bf16', part_ptr '*fp32' and cnt_ptr '*i32'
-    (linear_cuda.fold_partials_shape, zero counters).
+    out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel).
     pdl: compiled for programmatic dependent launch (the runtime launches it with the attribute).
     A "TILED" config reads the weight in layout.tile_nvfp4's order (check_tiled says which shapes can)."""
-    from atlas.runtime.layers.linear_cuda import folds
     check_tiled(config, N, K)
-    if config.get("FOLD") and not config.get("GLUON"):
-        raise ValueError(f"GEMV config {config}: FOLD (the split-K reduction inside) is a Gluon GEMV switch.")
-    out = "*bf16" if config["SPLIT_K"] == 1 or folds(config) else "*fp32"
+    out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
              "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
-    if folds(config):
-        types.update(part_ptr="*fp32", cnt_ptr="*i32")
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     cx = _gemv_constexprs(config, has_bias, has_residual, pdl)
     if config.get("GLUON"):  # the Gluon kernel's experiment switches (AOT wants every constexpr spelt out)
         cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, "PRE": 0, **cx}
-        if not folds(config):  # no partials or counters (constexpr None)
-            cx.update(FOLD=False, part_ptr=None, cnt_ptr=None)
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
 
 
@@ -821,18 +810,12 @@ def _check_gemv_inputs(x: torch.Tensor, N: int, K: int, config: dict, bias, resi
 def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False):
     """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]. pdl: both launched
     with programmatic dependent launch."""
-    from atlas.runtime.layers.linear_cuda import fold_partials_shape, folds
     M = x.shape[0]
     split = config["SPLIT_K"]
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
     if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.stride(1) != 1:
         raise ValueError(f"out must be bf16 [{M}, {N}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
-    fold = {}
-    if folds(config):  # one launch: partials and row-tile counters (kept per device and size, zero between launches)
-        fold = {"part_ptr": torch.empty(fold_partials_shape(config, N), dtype=torch.float32, device=x.device),
-                "cnt_ptr": counters(x.device, -(-N // config["BLOCK_N"]))}
-        split = 1  # the launch writes the output itself
     if split > 1 and workspace is None:
         workspace = torch.empty(split, M, N, dtype=torch.float32, device=x.device)
     if split > 1 and (workspace.dtype != torch.float32 or tuple(workspace.shape) != (split, M, N)
@@ -847,23 +830,14 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
         cx["maxnreg"] = config["MAXNREG"]
     kernel[grid_gemv(config, N)](
         x, *tensors, bias if bias is not None else out, res, target, M, N, K, x.stride(0), *strides,
-        res.stride(0), target.stride(-2), **cx, **fold, num_warps=config["num_warps"],
-        num_stages=config["num_stages"])
+        res.stride(0), target.stride(-2), **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
     if split > 1:
         launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual, pdl=pdl)
     return out
 
 
-_COUNTERS: dict = {}
-"""Row-tile counters of the GEMVs that reduce inside (stream-K, FOLD) for JIT launches (tuning, benchmarks, tests),
-by (device, row tiles); every launch leaves them zero, so launches of one stream share them."""
-
-
-def counters(device, tiles: int) -> torch.Tensor:
-    """Zero int32 [tiles] row-tile counters for JIT launches on device."""
-    if (device, tiles) not in _COUNTERS:
-        _COUNTERS[(device, tiles)] = torch.zeros(tiles, dtype=torch.int32, device=device)
-    return _COUNTERS[(device, tiles)]
+_STREAMK_COUNTERS: dict = {}
+"""The stream-K GEMV's tile counters for JIT launches (tuning, benchmarks, tests), by (device, row tiles)."""
 
 
 def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
@@ -879,8 +853,11 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     N, K = weight.shape[0], weight.shape[1] * 2
     if config.get("STREAMK"):
         from atlas.plugins_trt.quant_linear import gluon_streamk as sk
-        return sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config,
-                                            counters(x.device, N // config["BLOCK_N"]), bias, residual, out, pdl=pdl)
+        key = (x.device, N // config["BLOCK_N"])
+        if key not in _STREAMK_COUNTERS:
+            _STREAMK_COUNTERS[key] = torch.zeros(key[1], dtype=torch.int32, device=x.device)
+        return sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config, _STREAMK_COUNTERS[key],
+                                            bias, residual, out, pdl=pdl)
     _check_gemv_inputs(x, N, K, config, bias, residual)
     if weight.stride(1) != 1 or weight_scale.stride(1) != 1:
         raise ValueError("nvfp4 weight and weight_scale rows must be contiguous.")

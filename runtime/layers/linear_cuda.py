@@ -32,17 +32,6 @@ def streamk_partials_shape(config: dict) -> tuple[int, int, int, int]:
     return config["PROGRAMS"], 2, config["BLOCK_N"], 8 if config["BLOCK_M"] <= 8 else 16
 
 
-def fold_partials_shape(config: dict, n: int) -> tuple[int, int, int, int]:
-    """The fp32 partials of a split GEMV that reduces inside ("FOLD": gluon_gemv._fold_out):
-    [row tiles, SPLIT_K, BLOCK_N, MP]."""
-    return -(-n // config["BLOCK_N"]), config["SPLIT_K"], config["BLOCK_N"], 8 if config["BLOCK_M"] <= 8 else 16
-
-
-def folds(config: dict) -> bool:
-    """Whether a GEMV config reduces its K splits inside the kernel (one launch, counters) instead of by a second."""
-    return bool(config.get("FOLD")) and config.get("SPLIT_K", 1) > 1
-
-
 class CudaLinear:
     """y[M, N] = x[M, K] @ W.T (bf16 in and out), W stored in its engine format on the GPU."""
 
@@ -65,11 +54,9 @@ class CudaLinear:
             raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} mixes tiled and row-major "
                               f"weight orders; rebuild the engine with this version of atlas-build.")
         self.tiled = tiled == {True}
-        # the row-tile counters of the GEMVs that reduce inside (stream-K, FOLD): zero before the first launch and
-        # after each, one set a bucket
-        self.counters = {b: torch.zeros(-(-self.n // e["config"]["BLOCK_N"]), dtype=torch.int32,
-                                        device=self.weight.device)
-                         for b, e in (plan or {}).items() if e["config"].get("STREAMK") or folds(e["config"])}
+        # the stream-K GEMV's tile counters (gluon_streamk: zero before its first launch, zero after each), a bucket
+        self.counters = {b: torch.zeros(self.n // e["config"]["BLOCK_N"], dtype=torch.int32, device=self.weight.device)
+                         for b, e in (plan or {}).items() if e["config"].get("STREAMK")}
         bits = {bool(e["config"].get("BITS")) for e in (plan or {}).values()}
         if len(bits) > 1:
             raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} mixes the NVFP4_BITS word order "
@@ -83,14 +70,10 @@ class CudaLinear:
         params = self.kernels.params(name)
         self.kernels.launch(name, None, *(args[p] for p, _ in params))
 
-    def _launch_split(self, entry: dict, out: torch.Tensor, bucket: str = "", **args) -> None:
+    def _launch_split(self, entry: dict, out: torch.Tensor, **args) -> None:
         """A bucket's kernel (a GEMV, or the wgmma GEMM) into out, or with SPLIT_K > 1 into fp32 partials the reduction
-        sums (+ bias), or that the GEMV sums itself (FOLD)."""
+        sums (+ bias)."""
         split = entry["config"].get("SPLIT_K", 1)
-        if folds(entry["config"]):
-            part = torch.empty(fold_partials_shape(entry["config"], self.n), device=out.device, dtype=torch.float32)
-            self._launch(entry["kernel"], out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket], **args)
-            return
         if split == 1:
             self._launch(entry["kernel"], out_ptr=out, **args)
             return
@@ -135,7 +118,7 @@ class CudaLinear:
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
                          **common)
         elif m <= GEMV_BUCKETS[-1]:
-            self._launch_split(entry, out, bucket, x_ptr=x, **common)
+            self._launch_split(entry, out, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)
         elif self.fmt == "nvfp4" and entry["config"].get("WGMMA"):  # x in the kernel's k order first (one gather)
