@@ -46,10 +46,6 @@ RING slots (0: registers two deep), programs an SM), best first. H200 sweep of 1
 16 of 22 cases; it beats the split GEMV at M 4..16 on the large layers (27B gate_up M 8 43.9 -> 41.4 us, 8B lm_head
 M 16 134.5 -> 122.9), not at M 1 or on the 8B qkv. The build times them beside gemv_candidates' configs."""
 
-DIAG_TILES: list[tuple[int, int, int, int]] = []
-"""Block-diagonal M = 1 GEMV configs (plugins_trt/quant_linear/gluon_diag.py): (BLOCK_N, SPLIT_K, PRE, warps), BLOCK_K
-128. Empty until an H200 sweep (`gpu_check.sh diag`, tools/dev/nvfp4_diag.py) shows where they win."""
-
 
 def shape_key(fmt: str, n: int, k: int) -> str:
     return f"{fmt}:{n}x{k}"
@@ -136,16 +132,6 @@ def streamk_candidates(bucket: int, n: int, k: int, sm_count: int = SM_COUNT) ->
     return out
 
 
-def diag_candidates(bucket: int, n: int, k: int) -> list[dict]:
-    """The block-diagonal M = 1 GEMV configs (DIAG_TILES, plugins_trt/quant_linear/gluon_diag.py) that fit a tiled
-    NVFP4 [n, k] weight; none for other buckets or weights that are not tiled."""
-    if bucket != 1 or not is_tiled("nvfp4", n, k):
-        return []
-    return [{"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sk, "num_warps": nw, "num_stages": 1,
-             "GLUON": True, "PIPE": 1, "TILED": True, "BITS": True, "DIAG": True, **({"PRE": pre} if pre else {})}
-            for bn, sk, pre, nw in DIAG_TILES if n % 128 == 0 and k // 128 >= sk]
-
-
 def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int, sm_count: int = SM_COUNT) -> list[dict]:
     """What the build times for an NVFP4 GEMV bucket: gemv_candidates' split GEMVs (tiled when the weight is), then
     the stream-K configs. A build without timing takes the first."""
@@ -153,8 +139,7 @@ def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int, sm_count: int 
 
     tiled = is_tiled("nvfp4", n, k)
     configs = tiled_configs(gemv.CONFIGS_nvfp4_gemv) if tiled else gemv.CONFIGS_nvfp4_gemv
-    return diag_candidates(bucket, n, k) + gemv_candidates(configs, bucket, n, most, k) \
-        + streamk_candidates(bucket, n, k, sm_count)
+    return gemv_candidates(configs, bucket, n, most, k) + streamk_candidates(bucket, n, k, sm_count)
 
 
 def _random_weights(fmt: str, n: int, k: int):

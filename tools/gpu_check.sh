@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|diag|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -68,12 +68,6 @@ if [ "$what" = profilesk ]; then  # Nsight Compute: the stream-K GEMV (27B gate_
             python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.txt" 2>&1
         grep -a "rel error\|Duration\|DRAM Throughput\|highest-utilized\|Issue Slots\|Achieved Occupancy\|Registers Per\|No Eligible" "$out/ncu_$name.txt" | head -12
     done
-fi
-if [ "$what" = diag ]; then  # the block-diagonal M = 1 GEMV (gluon_diag): its GPU tests, then its sweep beside
-    # the shipped configs (tools/dev/nvfp4_diag.py)
-    timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py -k diag 2>&1 \
-        | tee "$out/pytest_diag_gpu.log" | tail -6
-    timeout 360 python3 -m atlas.tools.dev.nvfp4_diag 2>&1 | tee "$out/nvfp4_diag.log" | grep -a "M= 1\|    \|Error" | tail -40
 fi
 if [ "$what" = srcprof ]; then  # bf16 subnormals through the tensor cores, then Nsight Compute's per-instruction
     # stall samples of the shipped GEMVs (27B gate_up M 1, 8B qkv M 1 and M 16): where the warps wait

@@ -192,14 +192,6 @@ def _a_operand(wd, sc, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL:
         p1 = _pair(wd, sc, P1)
         p2 = _pair(wd, sc, P2)
         p3 = _pair(wd, sc, P3)
-    return _a_pack(p0, p1, p2, p3, BN, BK, RP, pL, aL)
-
-
-@gluon.jit
-def _a_pack(p0, p1, p2, p3, BN: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, pL: gl.constexpr,
-            aL: gl.constexpr):
-    """The A operand [BN, BK] (bf16, logical k order, layout aL) from a block's four bf16x2 pair values of each word
-    (int32 [BN, KW], pair i of word j: nibbles 2i, 2i + 1): register renames only."""
     t = gl.join(gl.join(p0, p2), gl.join(p1, p3))   # int32 [BN, KW, c, b] = pair 2c + b (join stacks on the last axis)
     t = gl.reshape(t, [BN, 2, 2, RP, 2, 2])         # n, i1, i0, rhi, r0, s1 (k = s0 + 2i0 + 4i1 + 8s1 + 16r0 + 32rhi)
     t = gl.permute(t, [0, 3, 4, 5, 1, 2])            # n, rhi, r0, s1, i1, i0

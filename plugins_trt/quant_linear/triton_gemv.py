@@ -726,9 +726,6 @@ def _nvfp4_gemv_fn(config: dict):
     """nvfp4_gemv_kernel, or with "GLUON" its Gluon drop-in (gluon_gemv.nvfp4_gemv_mma_kernel, K % BLOCK_K == 0)."""
     if not config.get("GLUON"):
         return nvfp4_gemv_kernel
-    if config.get("DIAG"):  # M = 1: block scales applied once per 8 blocks (gluon_diag)
-        from atlas.plugins_trt.quant_linear.gluon_diag import nvfp4_gemv_diag_kernel
-        return nvfp4_gemv_diag_kernel
     from atlas.plugins_trt.quant_linear.gluon_gemv import nvfp4_gemv_mma_kernel
     return nvfp4_gemv_mma_kernel
 

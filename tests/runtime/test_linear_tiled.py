@@ -266,39 +266,3 @@ def test_streamk_gemv_gpu(config):
         assert err < 1e-2, (n, k, err)
         assert torch.equal(outs[0], outs[1]), (n, k)
         assert int(cnt.abs().sum()) == 0, (n, k)
-
-
-_DIAG = [{"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": sk, "num_warps": nw, "num_stages": 1,
-          "GLUON": True, "PIPE": 1, "TILED": True, "BITS": True, "DIAG": True, **({"PRE": pre} if pre else {})}
-         for bn, sk, nw, pre in ((64, 4, 4, 0), (128, 1, 4, 0), (128, 4, 4, 4), (256, 2, 8, 0), (256, 8, 4, 4))]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("config", _DIAG, ids=_ids(_DIAG))
-def test_diag_gemv_gpu(config):
-    """The block-diagonal M = 1 GEMV (gluon_diag) at a real shape (8B qkv), at N 384 / K 2048 (a 256-row program's
-    last tile past N) and at K 384 (an odd block count: splits of 2 and 1 blocks, empty splits at SPLIT_K 8), with
-    bias and residual when unsplit, against the fp32 reference; output poisoned first."""
-    for n, k in ((6144, 4096), (384, 2048), (256, 384)):
-        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, True)
-        x = torch.randn(1, k, device="cuda", generator=g).to(torch.bfloat16) * 4
-        bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
-        res = torch.randn(1, n, device="cuda", generator=g).to(torch.bfloat16)
-        out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        y = GV.launch_nvfp4_gemv(x, w, ws, ws2, config, bias=bias, residual=res, out=out, pdl=True)
-        ref = x.float() @ ref_w.T + bias.float() + res.float()
-        err = float((y.float() - ref).norm() / ref.norm())
-        assert err < 1e-2, (n, k, err)
-
-
-def test_diag_kernel_compiles_for_sm90():
-    """Every DIAG test config compiles for sm_90 without local memory, with mma.sync, ldmatrix for the block-diagonal
-    x and no bf16x2 multiply on the weights (the only mul.rn.bf16x2 left is x's 2^64)."""
-    from atlas.plugins_trt.quant_linear.triton_gemv import compile_aot, signature_nvfp4_gemv
-
-    for cfg in _DIAG:
-        k = compile_aot(signature_nvfp4_gemv(cfg, 6144, 4096, pdl=True))
-        ptx = k.asm["ptx"]
-        assert "mma.sync" in ptx and "ldmatrix" in ptx and ".local" not in ptx, cfg
-        assert ptx.count("mul.rn.bf16x2") <= 8 * (1 + cfg.get("PRE", 0)), cfg
-        assert "griddepcontrol.wait" in ptx, cfg
