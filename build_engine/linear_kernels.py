@@ -223,7 +223,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             elif bucket in GEMV_BUCKETS:
                 cands = gemv_candidates(gemv.CONFIGS_fp8_gemv, bucket, n, candidates_per_bucket, k)
             else:
-                cands = gemm.gemm_candidates(fmt, n, k)
+                cands = gemm.gemm_candidates(fmt, n, k, sm_count)
                 cands = tiled_configs(cands) if tiled else cands
             if not cands:
                 raise RuntimeError(f"no {fmt} kernel configuration fits {n}x{k} at M bucket {bucket}")
@@ -238,6 +238,13 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
                 sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
                 item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
+            elif cfg.get("WGMMA") and cfg.get("SK"):  # the persistent form: x permuted, the kernel, the reduction
+                from atlas.plugins_trt.quant_linear import gluon_gemm
+                item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma_sk(cfg, n, k),
+                                     f"nvfp4_wgmma_sk.{n}x{k}.{tag}", (cfg["SK"], 1, 1))
+                if not cfg.get("FIX"):
+                    item["reduce"] = add(gluon_gemm.signature_sk_reduce(cfg, n, k), f"sk_reduce.{n}x{k}.{tag}",
+                                         gluon_gemm.grid_sk_reduce(cfg, bucket, n))
             elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
                 from atlas.plugins_trt.quant_linear import gluon_gemm
                 item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",

@@ -125,7 +125,8 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
             def run8(cfg, qt):
                 return gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg, out=out)
 
-            cands4, cands8 = gemm.gemm_candidates("nvfp4", n, k), gemm.gemm_candidates("fp8", n, k)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            cands4, cands8 = gemm.gemm_candidates("nvfp4", n, k, sms), gemm.gemm_candidates("fp8", n, k)
             cands4 = tiled_configs(cands4) if tiled else cands4
             kind = "gemm (W4A16)", "gemm (W8A8)"
         for fmt, run, cands, qts, ref in (("nvfp4", run4, cands4, q4s, ref4), ("fp8", run8, cands8, q8s, ref8)):
@@ -140,6 +141,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
             b = bytes_w[fmt] + io
             label = kind if isinstance(kind, str) else kind[fmt == "fp8"]
             label = "dequant + cuBLAS" if cfg.get("DEQUANT") else "wgmma (Gluon)" if cfg.get("WGMMA") else label
+            label = "wgmma stream-K (Gluon)" if cfg.get("SK") else label
             row[fmt] = {"kernel": label, "config": cfg,
                         "seconds": t, "bytes": b, "bw_fraction": b / t / bandwidth,
                         "speedup_vs_cublas": t_cublas / t, "tflops": 2 * m * n * k / t / 1e12,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -68,6 +68,10 @@ if [ "$what" = profilesk ]; then  # Nsight Compute: the stream-K GEMV (27B gate_
             python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.txt" 2>&1
         grep -a "rel error\|Duration\|DRAM Throughput\|highest-utilized\|Issue Slots\|Achieved Occupancy\|Registers Per\|No Eligible" "$out/ncu_$name.txt" | head -12
     done
+fi
+if [ "$what" = wgmmask ]; then  # the persistent stream-K wgmma GEMM (SK configs) beside the shipped config and
+    # cuBLAS at M 256 / 64 (tools/dev/nvfp4_wgmma_sk.py)
+    timeout ${SK_TIMEOUT:-480} python3 -m atlas.tools.dev.nvfp4_wgmma_sk ${SK_ARGS:-} 2>&1 | tee "$out/nvfp4_wgmma_sk.log" | grep -a " M=\|Error" | tail -120
 fi
 if [ "$what" = srcprof ]; then  # bf16 subnormals through the tensor cores, then Nsight Compute's per-instruction
     # stall samples of the shipped GEMVs (27B gate_up M 1, 8B qkv M 1 and M 16): where the warps wait
@@ -140,6 +144,20 @@ if [ "$what" = profile ]; then  # Nsight Compute on the slowest NVFP4 cases: the
             --section SourceCounters python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" \
             > "$out/ncu_$name.txt" 2>&1
         grep -a "rel error\|Duration\|Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Issued Warp\|No Eligible\|Stall" "$out/ncu_$name.txt" | head -24
+    done
+fi
+if [ "$what" = profilewg ]; then  # Nsight Compute on the wgmma GEMM at M 256: the plain grid in steady state (8B
+    # lm_head, 7.6 waves) and the stream-K form (27B down), pipes, stalls, shared-memory traffic
+    t='"num_stages": 1, "TILED": true, "BITS": true, "W_SMEM": true, "WGMMA": true'
+    for case in "llama-3.1-8b.lm_head 256 {\"BLOCK_M\": 256, \"BLOCK_N\": 128, \"BLOCK_K\": 64, \"STAGES\": 4, \"num_warps\": 8, $t}" \
+        "qwen3.5-27b.down 256 {\"BLOCK_M\": 256, \"BLOCK_N\": 128, \"BLOCK_K\": 64, \"STAGES\": 4, \"num_warps\": 8, \"SK\": 132, \"DP\": 1, $t}"; do
+        set -- $case; name="wgmma_$1_$2_$(echo "$case" | grep -c SK)"
+        ncu --clock-control none --kernel-name regex:"nvfp4_gemm_wgmma" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+            --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters \
+            python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.txt" 2>&1
+        grep -a "rel error\|Duration\|Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Issued Warp\|No Eligible\|Stall\|Pipe\|Bank\|Shared" "$out/ncu_$name.txt" | head -40
     done
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then

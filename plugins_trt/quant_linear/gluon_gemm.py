@@ -113,28 +113,12 @@ def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, b_lo, b_hi, BN: g
 
 
 @gluon.jit
-def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
-                            M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
-                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                            STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                            W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False, SPLIT_K: gl.constexpr = 1,
-                            BITS: gl.constexpr = False):
-    """out[M, N] = x @ W^T (+ bias) (+ residual), x given k-permuted (permute_k). Grid (cdiv(N, BLOCK_N) *
-    cdiv(M, BLOCK_M),), M tiles fastest (neighbouring programs share a weight tile). K % (2 BLOCK_K) == 0; BLOCK_N a
-    multiple of 16 x num_warps; BLOCK_M 64..256, a multiple of 64 up to 256; STAGES >= 3 x slots (prefetch
-    distance STAGES - 2 blocks). W_SMEM: the weight words and scales go through the same ring (_step_smem)
-    instead of one block ahead in registers, whose load latency (about 1 us) one block's wgmma does not cover.
-    TILED: the weights in the engine's tiled order (layout.tile_nvfp4; N % 128 == K % 128 == 0), strides ignored.
-    BITS: each word's bits in layout.NVFP4_BITS order (layout.bits_nvfp4; gluon_gemv._bits_pair_asm decodes).
-    SPLIT_K > 1: grid (tiles, SPLIT_K); program (t, s) takes the s-th of SPLIT_K equal K ranges (K % (2 BLOCK_K
-    SPLIT_K) == 0) and writes fp32 partials to out_ptr [SPLIT_K, M, N] (stride_om = N) without bias or residual,
-    which triton_gemv.splitk_reduce_kernel sums and adds: for shapes with fewer tiles than SMs (27B down at M 256:
-    80 programs of 64 x 256 on 132 SMs)."""
-    NW: gl.constexpr = gl.num_warps()
-    BN: gl.constexpr = BLOCK_N
-    BM: gl.constexpr = BLOCK_M
-    BK: gl.constexpr = BLOCK_K
-    S: gl.constexpr = STAGES
+def _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m, b_lo, b_hi,
+              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr,
+              W_SMEM: gl.constexpr, TILED: gl.constexpr, BITS: gl.constexpr):
+    """acc [BN, BM] fp32 = W[pid_n tile rows, blocks b_lo .. b_hi) @ x^T (the output tile (pid_n, pid_m) over those
+    K blocks; b_hi - b_lo even). x_s (and w_s, s_s with W_SMEM) are the kernel's ring; every copy into it has landed
+    and every wgmma reading it has completed when this returns, so the next call may refill it."""
     KW: gl.constexpr = BK // 8
     RP: gl.constexpr = BK // 32
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
@@ -142,16 +126,7 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     wL: gl.constexpr = gg.words_layout(BN, KW, NW, False)
     sL: gl.constexpr = gg.words_layout(BN, KW, NW, True)
     pL: gl.constexpr = gg.pairs_layout(BN, BK, NW)
-    x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])  # 16-byte copies
-
-    gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))  # the split-K reduction adds those
-    pid, pk = gl.program_id(0), gl.program_id(1)
-    n_m = gl.cdiv(M, BM)
-    pid_n, pid_m = pid // n_m, pid % n_m
-    per = K // BK // SPLIT_K  # even (supports): the loops below take two blocks a step
-    b_lo = pk * per
-    b_hi = b_lo + per
 
     rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
     srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
@@ -161,13 +136,10 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
         + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
 
-    x_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, BK], x_sl)
     acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
     a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
+    gl.thread_barrier()  # every warp is past its reads of the ring (a previous call's last blocks)
     if W_SMEM:
-        shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-        w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
-        s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
         wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])  # 16-byte copies
         scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])  # 4-byte copies
         wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
@@ -199,12 +171,144 @@ def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
                                         RP, S, wL, pL, aL, TILED, BITS)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     async_copy.wait_group(0)
+    return acc
 
+
+@gluon.jit
+def _ring(BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, W_SMEM: gl.constexpr):
+    """The shared-memory ring of _tile_acc: S slots of x [BM, BK] (NVMMA 128-byte swizzle, the wgmma's B operand),
+    with W_SMEM also S slots of weight words [BN, BK / 8] and scale bytes [BN, BK / 16] (w_s, s_s: x_s otherwise)."""
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, BK],
+                                    gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+    if W_SMEM:
+        shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        w_s = gl.allocate_shared_memory(gl.int32, [S, BN, BK // 8], shl)
+        s_s = gl.allocate_shared_memory(gl.int8, [S, BN, BK // 16], shl)
+        return x_s, w_s, s_s
+    else:
+        return x_s, x_s, x_s
+
+
+@gluon.jit
+def nvfp4_gemm_wgmma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                            M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                            STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                            W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False, SPLIT_K: gl.constexpr = 1,
+                            BITS: gl.constexpr = False):
+    """out[M, N] = x @ W^T (+ bias) (+ residual), x given k-permuted (permute_k). Grid (cdiv(N, BLOCK_N) *
+    cdiv(M, BLOCK_M),), M tiles fastest (neighbouring programs share a weight tile). K % (2 BLOCK_K) == 0; BLOCK_N a
+    multiple of 16 x num_warps; BLOCK_M 64..256, a multiple of 64 up to 256; STAGES >= 3 x slots (prefetch
+    distance STAGES - 2 blocks). W_SMEM: the weight words and scales go through the same ring (_step_smem)
+    instead of one block ahead in registers, whose load latency (about 1 us) one block's wgmma does not cover.
+    TILED: the weights in the engine's tiled order (layout.tile_nvfp4; N % 128 == K % 128 == 0), strides ignored.
+    BITS: each word's bits in layout.NVFP4_BITS order (layout.bits_nvfp4; gluon_gemv._bits_pair_asm decodes).
+    SPLIT_K > 1: grid (tiles, SPLIT_K); program (t, s) takes the s-th of SPLIT_K equal K ranges (K % (2 BLOCK_K
+    SPLIT_K) == 0) and writes fp32 partials to out_ptr [SPLIT_K, M, N] (stride_om = N) without bias or residual,
+    which triton_gemv.splitk_reduce_kernel sums and adds: for shapes with fewer tiles than SMs (27B down at M 256:
+    80 programs of 64 x 256 on 132 SMs)."""
+    NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))  # the split-K reduction adds those
+    pid, pk = gl.program_id(0), gl.program_id(1)
+    n_m = gl.cdiv(M, BLOCK_M)
+    per = K // BLOCK_K // SPLIT_K  # even (supports): the loops take two blocks a step
+    x_s, w_s, s_s = _ring(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, W_SMEM)
+    acc = _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn, stride_sn, pid // n_m,
+                    pid % n_m, pk * per, pk * per + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW, W_SMEM, TILED, BITS)
     # epilogue in a layout with n fastest (16-byte stores along the output rows)
+    oL: gl.constexpr = out_layout(BLOCK_N, NW)
+    gg._store_out(gl.convert_layout(acc, oL), (pid // n_m) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, oL)),
+                  (pid % n_m) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr,
+                  bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
+@gluon.jit
+def _fence():
+    """fence.acq_rel.gpu: this thread's earlier writes are visible GPU-wide before its later ones (and reads)."""
+    gl.inline_asm_elementwise("fence.acq_rel.gpu; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def sk_owners(u, NP, T, G):
+    """The programs whose stream-K ranges [c T / G, (c + 1) T / G) hold the first and the last block pair of
+    stream-K tile u (G <= T: every range is non-empty)."""
+    x0 = u * NP
+    return ((x0 + 1) * G + T - 1) // T - 1, ((x0 + NP) * G + T - 1) // T - 1
+
+
+@gluon.jit
+def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
+                               M, N, K, DP, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                               STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                               W_SMEM: gl.constexpr = False, TILED: gl.constexpr = False, BITS: gl.constexpr = False,
+                               FIX: gl.constexpr = False):
+    """nvfp4_gemm_wgmma_kernel on a persistent grid of G programs (about one an SM), the work shared evenly instead of
+    tile by tile, so that no wave is left part-empty (27B gate_up at M 256: 544 tiles of 128 x 128 on 264 slots
+    were 2.06 waves). The output tiles (M tiles fastest) split in two:
+      * the first DP tiles (a whole number of waves, the host's choice: sk_dp_tiles): program c computes tiles c,
+        c + G, ... whole and stores them (data-parallel);
+      * the rest as stream-K: their K-block pairs, T = tiles x K / (2 BLOCK_K) in all, are cut into Gs = min(G, T)
+        equal ranges [c T / Gs, (c + 1) T / Gs); program c < Gs walks its range tile by tile. A tile it covers whole
+        is stored; a part of a tile goes as fp32 (the raw accumulator) to part_ptr [G, 2, BLOCK_M, BLOCK_N]: slot 0
+        for the part that starts inside a tile (the program's first), slot 1 for the one that starts at a tile's first
+        block and ends inside it (its last). Without FIX, triton_gemv.sk_reduce_kernel then sums every shared tile's
+        parts in program order (deterministic), scales, adds bias and residual and stores. With FIX the programs do
+        it: after its part, a program adds one to the tile's counter (cnt_ptr, int32 a stream-K tile, zero before
+        the launch and after it); the one that completes the count sums the parts in program order and stores.
+    Same contract as nvfp4_gemm_wgmma_kernel (x k-permuted, K % (2 BLOCK_K) == 0)."""
+    NW: gl.constexpr = gl.num_warps()
+    BN: gl.constexpr = BLOCK_N
+    BM: gl.constexpr = BLOCK_M
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
+    n_m = gl.cdiv(M, BM)
+    NP = K // (2 * BLOCK_K)  # block pairs a tile
+    x_s, w_s, s_s = _ring(BM, BN, BLOCK_K, STAGES, W_SMEM)
     oL: gl.constexpr = out_layout(BN, NW)
-    gg._store_out(gl.convert_layout(acc, oL), pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL)),
-                  pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr, bias_ptr, res_ptr,
-                  out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+    on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+    om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+    offs = om[None, :] * BN + on[:, None]  # a part [m, n]: n contiguous, as the epilogue layout stores
+    n_dp = gl.maximum(DP - pid + G - 1, 0) // G  # data-parallel tiles pid, pid + G, ... < DP
+    T = (gl.cdiv(N, BN) * n_m - DP) * NP
+    Gs = gl.maximum(gl.minimum(G, T), 1)
+    it = gl.minimum(pid, Gs) * T // Gs  # then the stream-K range of block pairs [it, end) (empty for pid >= Gs)
+    end = gl.minimum(pid + 1, Gs) * T // Gs
+    i = 0
+    while (i < n_dp) | (it < end):  # one work item a step (one copy of the K loop in the kernel)
+        if i < n_dp:
+            t = pid + i * G
+            p0 = 0
+            p1 = NP
+        else:
+            u = it // NP
+            t = DP + u
+            p0 = it - u * NP
+            p1 = gl.minimum(NP, p0 + end - it)
+            it += p1 - p0
+        i += 1
+        acc = _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn, stride_sn, t // n_m,
+                        t % n_m, 2 * p0, 2 * p1, BM, BN, BLOCK_K, STAGES, NW, W_SMEM, TILED, BITS)
+        y = gl.convert_layout(acc, oL)
+        if (p0 == 0) & (p1 == NP):
+            gg._store_out(y, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr, res_ptr,
+                          out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+        else:
+            gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN) + offs, y)
+            if FIX:
+                _fence()
+                gl.thread_barrier()
+                u = t - DP
+                old = gl.atomic_add(cnt_ptr + u, 1, sem="acq_rel", scope="gpu")
+                c_first, c_last = sk_owners(u, NP, T, Gs)
+                if old == c_last - c_first:  # every other part is in: sum them in program order
+                    _fence()
+                    tot = gl.load(part_ptr + (c_first * 2 + 1) * (BM * BN) + offs, cache_modifier=".cg")
+                    for cc in range(c_first + 1, c_last + 1):
+                        tot += gl.load(part_ptr + (cc * 2) * (BM * BN) + offs, cache_modifier=".cg")
+                    gg._store_out(tot, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr,
+                                  res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+                    gl.store(cnt_ptr + u, 0)
 
 
 WGMMA_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M)", "SPLIT_K", "1")
@@ -243,6 +347,52 @@ def signature_nvfp4_gemm_wgmma(config: dict, N: int, K: int, has_bias: bool = Fa
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     return aot_signature(nvfp4_gemm_wgmma_kernel, types, ints, wgmma_constexprs(config, has_bias, has_residual),
                          config, WGMMA_GRID)
+
+
+SK_REDUCE_ROWS = 32
+"""Output columns a program of triton_gemv.sk_reduce_kernel sums (of its tile's BLOCK_N)."""
+
+
+def sk_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
+    """nvfp4_gemm_wgmma_sk_kernel's constexprs for a config ("SK": programs, "DP": sk_dp_tiles' mode, "FIX")."""
+    cx = {k: v for k, v in wgmma_constexprs(config, has_bias, has_residual).items() if k != "SPLIT_K"}
+    return {**cx, "FIX": bool(config.get("FIX"))}
+
+
+def signature_nvfp4_gemm_wgmma_sk(config: dict, N: int, K: int, has_bias: bool = False,
+                                  has_residual: bool = False):
+    """AotSignature of nvfp4_gemm_wgmma_sk_kernel for a contiguous [N, K] weight: M and DP (sk_dp_tiles of the
+    launch's M) are run-time arguments, the grid is the config's "SK" programs."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
+
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
+             "res_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
+             "K": "i32", "DP": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32",
+             "stride_om": "i32"}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    return aot_signature(nvfp4_gemm_wgmma_sk_kernel, types, ints, sk_constexprs(config, has_bias, has_residual),
+                         config, (str(config["SK"]), "1", "1"))
+
+
+SK_REDUCE_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M) - DP", f"BLOCK_N // {SK_REDUCE_ROWS}", "1")
+
+
+def signature_sk_reduce(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
+    """AotSignature of triton_gemv.sk_reduce_kernel after a (non-FIX) SK config; its grid is SK_REDUCE_GRID over the
+    launch's M and DP (launch it only where that is positive)."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature, sk_reduce_kernel
+
+    types = {"part_ptr": "*fp32", "ws2_ptr": "*fp32", "bias_ptr": "*bf16", "res_ptr": "*bf16", "out_ptr": "*bf16",
+             "M": "i32", "N": "i32", "K": "i32", "DP": "i32", "G": "i32", "stride_rm": "i32", "stride_om": "i32"}
+    cx = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+          "ROWS": SK_REDUCE_ROWS, "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
+    return aot_signature(sk_reduce_kernel, types, {"N": N, "K": K, "G": config["SK"], "stride_rm": N, "stride_om": N},
+                         cx, {"num_warps": 4, "num_stages": 1}, SK_REDUCE_GRID)
+
+
+def grid_sk_reduce(config: dict, M: int, N: int) -> tuple[int, int, int]:
+    tiles = -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"])
+    return (max(1, tiles - sk_dp_tiles(config, M, N)), config["BLOCK_N"] // SK_REDUCE_ROWS, 1)
 
 
 _PERM = {}
@@ -294,4 +444,78 @@ def launch_nvfp4_gemm_wgmma(x: torch.Tensor, weight: torch.Tensor, weight_scale:
     if split > 1:
         from atlas.plugins_trt.quant_linear.triton_gemv import CONFIGS_splitk_reduce, launch_splitk_reduce
         launch_splitk_reduce(dst, out, CONFIGS_splitk_reduce[0], bias, residual)
+    return out
+
+
+def sk_dp_tiles(config: dict, M: int, N: int) -> int:
+    """How many output tiles nvfp4_gemm_wgmma_sk_kernel computes whole, data-parallel (DP argument): config "DP"
+    0: none (all stream-K); 1: all but the last full wave and the part-wave (CUTLASS's default: two waves' worth or
+    less shared by stream-K); 2: every full wave (stream-K shares only the part-wave)."""
+    G = config["SK"]
+    tiles = -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"])
+    waves = tiles // G
+    return {0: 0, 1: max(0, waves - 1) * G, 2: waves * G}[config.get("DP", 1)]
+
+
+def sk_counters(config: dict, M: int, N: int) -> int:
+    """The stream-K tiles of a launch (FIX: one int32 counter each)."""
+    return -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"]) - sk_dp_tiles(config, M, N)
+
+
+_COUNTERS: dict = {}
+
+
+def sk_counter_buffer(n: int, device) -> torch.Tensor:
+    """A zeroed int32 buffer of at least n FIX counters, kept per device (each launch leaves its counters zero)."""
+    key = str(device)
+    if key not in _COUNTERS or _COUNTERS[key].numel() < n:
+        _COUNTERS[key] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+    return _COUNTERS[key]
+
+
+def sk_partials_shape(config: dict) -> tuple[int, int, int, int]:
+    """The stream-K parts' workspace: [SK programs, 2, BLOCK_M, BLOCK_N] fp32."""
+    return config["SK"], 2, config["BLOCK_M"], config["BLOCK_N"]
+
+
+def launch_nvfp4_gemm_wgmma_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                               weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
+                               residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                               x_perm: torch.Tensor | None = None, part: torch.Tensor | None = None,
+                               counters: torch.Tensor | None = None, reduce: bool = True) -> torch.Tensor:
+    """launch_nvfp4_gemm_wgmma on a persistent grid (config "SK": programs, "DP": sk_dp_tiles' mode), then (without
+    "FIX") triton_gemv.sk_reduce_kernel over the tiles the programs shared. part: a preallocated sk_partials_shape
+    buffer; counters: FIX's int32 tile counters (at least sk_counters(config, M, N), zero; zero again afterwards).
+    reduce=False leaves the shared tiles unsummed (for timing the two launches apart)."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import sk_reduce_kernel
+
+    M, K = x.shape
+    N = weight.shape[0]
+    if not supports(config, K):
+        raise ValueError(f"the wgmma GEMM needs K % (2 BLOCK_K) == 0 (and K % 256 == 0 with W_SMEM), got "
+                         f"K = {K}, config {config}")
+    xp = permute_k(x, config["BLOCK_K"], x_perm)
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    if M == 0:
+        return out
+    if part is None:
+        part = torch.empty(sk_partials_shape(config), dtype=torch.float32, device=x.device)
+    fix = bool(config.get("FIX"))
+    if counters is None:
+        counters = sk_counter_buffer(sk_counters(config, M, N), x.device)
+    res = residual if residual is not None else out
+    b = bias if bias is not None else out
+    dp = sk_dp_tiles(config, M, N)
+    nvfp4_gemm_wgmma_sk_kernel[(config["SK"], 1, 1)](
+        xp, weight, weight_scale, weight_scale_2, b, res, out, part, counters, M, N, K, dp, xp.stride(0),
+        weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
+        **sk_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
+    tiles = -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"])
+    if tiles > dp and reduce and not fix:
+        sk_reduce_kernel[(tiles - dp, config["BLOCK_N"] // SK_REDUCE_ROWS, 1)](
+            part, weight_scale_2, b, res, out, M, N, K, dp, config["SK"], res.stride(0), out.stride(0),
+            BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], ROWS=SK_REDUCE_ROWS,
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=4)
     return out

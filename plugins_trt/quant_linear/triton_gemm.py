@@ -291,9 +291,17 @@ tools/results/ncu_nvfp4_qwen3.5-27b.down_256.txt). Commit 61d7aa0 split only the
 at 27B down, still slower than the best unsplit 160) and was taken out; these split the best unsplit tiles: 128 x 64
 x 64 at SPLIT_K 4 takes 27B down M 256 from 160.3 (the best unsplit tile) to 124.3 us in one run
 (tools/results/gemm.json)."""
-CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma
+CONFIGS_nvfp4_wgmma_sk = [
+    {"WGMMA": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "STAGES": st, "num_warps": w, "num_stages": 1,
+     "W_SMEM": True, "SK_PER_SM": per_sm, "DP": dp, **({"FIX": True} if fix else {})}
+    for bm, bn, st, w, per_sm, dp, fix in [(256, 128, 4, 8, 1, 1, False)]
+]
+"""The wgmma kernel on a persistent grid (gluon_gemm.nvfp4_gemm_wgmma_sk_kernel): SK_PER_SM programs an SM
+(gemm_candidates turns it into "SK", the program count of the chip), whole waves of tiles data-parallel and the rest
+shared by stream-K (DP mode 1), the shared tiles summed inside the kernel (FIX) or by a second launch."""
+CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
-wgmma kernel ("WGMMA")."""
+wgmma kernel ("WGMMA"), on a persistent grid too ("SK")."""
 CONFIGS_fp8_gemm = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [
@@ -311,14 +319,16 @@ CONFIGS_quantize_rows_fp8 = [{"BLOCK_K": bk, "num_warps": w, "num_stages": 1}
 """Candidates for quantize_rows_fp8_kernel (memory-bound, one row a program)."""
 
 
-def gemm_candidates(fmt: str, N: int, K: int) -> list[dict]:
+def gemm_candidates(fmt: str, N: int, K: int, sm_count: int = 132) -> list[dict]:
     """The M >= 64 configs that can serve an [N, K] weight: cuBLASLt's FP8 GEMM takes N and K multiples of 16
-    only, the wgmma kernel K multiples of 2 BLOCK_K."""
+    only, the wgmma kernel K multiples of 2 BLOCK_K; a persistent config gets its program count for sm_count SMs."""
     from atlas.plugins_trt.quant_linear.gluon_gemm import supports
 
     configs = CONFIGS_nvfp4_gemm if fmt == "nvfp4" else CONFIGS_fp8_gemm
-    return [c for c in configs if not (c.get("CUBLAS") and (N % 16 or K % 16))
-            and not (c.get("WGMMA") and not supports(c, K))]
+    out = [c for c in configs if not (c.get("CUBLAS") and (N % 16 or K % 16))
+           and not (c.get("WGMMA") and not supports(c, K))]
+    return [{**{k: v for k, v in c.items() if k != "SK_PER_SM"}, "SK": c["SK_PER_SM"] * sm_count}
+            if "SK_PER_SM" in c else c for c in out]
 
 
 def grid_gemm(config: dict, M: int, N: int) -> tuple[int, int, int]:
@@ -480,6 +490,9 @@ def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     A "TILED" config takes W in layout.tile_nvfp4's order."""
     if config.get("DEQUANT"):
         return nvfp4_dequant_linear(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
+    if config.get("WGMMA") and config.get("SK"):
+        from atlas.plugins_trt.quant_linear.gluon_gemm import launch_nvfp4_gemm_wgmma_sk
+        return launch_nvfp4_gemm_wgmma_sk(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     if config.get("WGMMA"):
         from atlas.plugins_trt.quant_linear.gluon_gemm import launch_nvfp4_gemm_wgmma
         return launch_nvfp4_gemm_wgmma(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)

@@ -514,6 +514,36 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
                     HAS_BIAS, HAS_RESIDUAL)
 
 
+@triton.jit(do_not_specialize=["M", "DP"])
+def sk_reduce_kernel(part_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, DP, G, stride_rm, stride_om,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr = False):
+    """The stream-K part of gluon_gemm.nvfp4_gemm_wgmma_sk_kernel (without FIX): output tile DP + program_id(0),
+    columns program_id(1) * ROWS .. + ROWS of its BLOCK_N: the sum of the raw parts the programs left in part_ptr
+    [G, 2, BLOCK_M, BLOCK_N] fp32, in program order, times 2^8 weight_scale_2 (+ bias) (+ residual), stored as bf16.
+    A tile that one program covered whole was stored by it: nothing to do. Grid (tiles - DP, BLOCK_N / ROWS, 1)."""
+    _pdl_enter(PDL)
+    n_m = tl.cdiv(M, BLOCK_M)
+    NP = K // (2 * BLOCK_K)
+    T = (tl.cdiv(N, BLOCK_N) * n_m - DP) * NP
+    Gs = tl.minimum(G, T)  # the kernel's stream-K programs (every range non-empty)
+    u = tl.program_id(0)
+    x0 = u * NP  # the tile's block pairs [x0, x0 + NP) in the stream-K range
+    c_first = ((x0 + 1) * Gs + T - 1) // T - 1  # the program whose range [c T / Gs, (c + 1) T / Gs) holds pair x0
+    c_last = ((x0 + NP) * Gs + T - 1) // T - 1  # ... and pair x0 + NP - 1
+    offs_m = tl.arange(0, BLOCK_M)
+    t = DP + u
+    offs_n = (t // n_m) * BLOCK_N + tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    local = offs_m[:, None] * BLOCK_N + tl.program_id(1) * ROWS + tl.arange(0, ROWS)[None, :]
+    shared = c_first < c_last
+    y = tl.load(part_ptr + (c_first * 2 + 1) * (BLOCK_M * BLOCK_N) + local, mask=shared, other=0.0)
+    for c in range(c_first + 1, c_last + 1):  # their parts start inside the tile: slot 0
+        y += tl.load(part_ptr + (c * 2) * (BLOCK_M * BLOCK_N) + local)
+    y *= tl.load(ws2_ptr + tl.minimum(offs_n, N - 1)) * 256.0
+    _epilogue_store(y, (t % n_m) * BLOCK_M + offs_m, offs_n, tl.where(shared, M, 0), N, bias_ptr, res_ptr, out_ptr,
+                    stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
 # ---- configs (H200: 132 SMs, 4.2 TB/s) -----------------------------------------------------------------------
 
 def _gemv_configs(fma_tiles, dot_tiles, tc_tiles=(), gluon_tiles=None) -> list[dict]:

@@ -83,6 +83,23 @@ class CudaLinear:
         self._launch(entry["reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None, out_ptr=out, M=m, N=self.n,
                      stride_rm=0, stride_om=self.n)
 
+    def _launch_sk(self, entry: dict, x: torch.Tensor, out: torch.Tensor, common: dict) -> None:
+        """gluon_gemm.nvfp4_gemm_wgmma_sk_kernel on x in its k order: whole tiles stored, the shared ones summed by
+        the kernel (FIX: counters, zero before and after) or by sk_reduce_kernel (launched where there are any)."""
+        from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+        cfg, m = entry["config"], x.shape[0]
+        xp = gm.permute_k(x, cfg["BLOCK_K"])
+        dp = gm.sk_dp_tiles(cfg, m, self.n)
+        part = torch.empty(gm.sk_partials_shape(cfg), device=x.device, dtype=torch.float32)
+        cnt = gm.sk_counter_buffer(gm.sk_counters(cfg, m, self.n), x.device)
+        self._launch(entry["kernel"], x_ptr=xp, out_ptr=out, part_ptr=part, cnt_ptr=cnt, DP=dp,
+                     **{**common, "stride_xm": xp.stride(0)})
+        if entry.get("reduce") and gm.sk_counters(cfg, m, self.n) > 0:
+            self._launch(entry["reduce"], part_ptr=part, ws2_ptr=self.weight_scale_2, bias_ptr=self.bias,
+                         res_ptr=None, out_ptr=out, M=m, N=self.n, K=self.k, DP=dp, G=cfg["SK"], stride_rm=0,
+                         stride_om=self.n)
+
     def _dequant_linear(self, entry: dict, x: torch.Tensor, out: torch.Tensor) -> None:
         """Large M: the precompiled nvfp4_dequant_kernel writes `rows` weight rows as bf16 into a workspace, cuBLAS
         multiplies them into those output columns; chunk by chunk (triton_gemm.nvfp4_dequant_linear's loop)."""
@@ -121,6 +138,8 @@ class CudaLinear:
             self._launch_split(entry, out, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)
+        elif self.fmt == "nvfp4" and entry["config"].get("SK"):  # the persistent wgmma GEMM (+ its reduction)
+            self._launch_sk(entry, x, out, common)
         elif self.fmt == "nvfp4" and entry["config"].get("WGMMA"):  # x in the kernel's k order first (one gather)
             from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k
 

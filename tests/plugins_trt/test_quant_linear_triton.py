@@ -301,6 +301,72 @@ def test_gemm_interpreter(fmt, M):
     check_gemm(fmt, M, 104, 80, cfg, seed=M + len(fmt), quant_config={"BLOCK_K": 32, "num_warps": 4, "num_stages": 1})
 
 
+def emulate_wgmma_sk(x, w, ws2, config, M, N, K, out, part):
+    """What gluon_gemm.nvfp4_gemm_wgmma_sk_kernel (without FIX) leaves behind, computed with torch (w: the weight
+    without its global scale 256 ws2 [N]): each program's walk (data-parallel tiles, then its stream-K range of block
+    pairs), whole tiles scaled and stored to out, raw parts to part[pid, slot]. Returns (G, DP)."""
+    from atlas.plugins_trt.quant_linear.gluon_gemm import sk_dp_tiles
+
+    G, BM, BN, BK = config["SK"], config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    n_m = -(-M // BM)
+    NP = K // (2 * BK)
+    DP = sk_dp_tiles(config, M, N)
+    T = (-(-N // BN) * n_m - DP) * NP
+    for pid in range(G):
+        items = [(t, 0, NP) for t in range(pid, DP, G)]
+        Gs = max(1, min(G, T))  # the stream-K programs (every range non-empty)
+        it, end = min(pid, Gs) * T // Gs, min(pid + 1, Gs) * T // Gs
+        while it < end:
+            u = it // NP
+            p0 = it - u * NP
+            p1 = min(NP, p0 + end - it)
+            items.append((DP + u, p0, p1))
+            it += p1 - p0
+        for t, p0, p1 in items:
+            n0, m0 = (t // n_m) * BN, (t % n_m) * BM
+            k0, k1 = 2 * BK * p0, 2 * BK * p1
+            acc = torch.zeros(BM, BN)
+            xs, wsl = x[m0:m0 + BM, k0:k1].float(), w[n0:n0 + BN, k0:k1].float()
+            acc[: xs.shape[0], : wsl.shape[0]] = xs @ wsl.T
+            if p0 == 0 and p1 == NP:  # stored by the kernel's epilogue, times 2^8 weight_scale_2
+                out[m0:m0 + BM, n0:n0 + BN] = (acc[: xs.shape[0], : wsl.shape[0]]
+                                               * (256 * ws2[n0:n0 + BN])).to(out.dtype)
+            else:
+                part[pid, int(p0 == 0)] = acc
+    return G, DP
+
+
+@cpu_only
+@pytest.mark.parametrize("G,dp,M", [(7, 0, 64), (7, 1, 100), (5, 2, 64), (16, 0, 64), (4, 1, 130), (40, 0, 64)])
+def test_sk_reduce_interpreter(G, dp, M):
+    """The stream-K wgmma GEMM's reduction (triton_gemv.sk_reduce_kernel, interpreted) over the parts an emulation of
+    the persistent kernel's walk leaves: every output element right (bias and residual added once), the tiles the
+    kernel stored whole untouched (NaN-filled buffers show any element written twice or never)."""
+    from atlas.plugins_trt.quant_linear.gluon_gemm import SK_REDUCE_ROWS, sk_partials_shape
+
+    N, K = 96, 384  # 3 tile columns of 32 at BLOCK_N 32; 6 block pairs a tile at BLOCK_K 32
+    cfg = {"SK": G, "DP": dp, "BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}
+    g = torch.Generator().manual_seed(G * 31 + M)
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    w = torch.randn(N, K, generator=g).to(torch.bfloat16)
+    ws2 = (torch.rand(N, generator=g) + 0.5) / 256
+    bias = torch.randn(N, generator=g).to(torch.bfloat16)
+    res = torch.randn(M, N, generator=g).to(torch.bfloat16)
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+    part = torch.full(sk_partials_shape(cfg), float("nan"))
+    _, DP = emulate_wgmma_sk(x, w, ws2, cfg, M, N, K, out, part)
+    direct = ~out.float().isnan()
+    out[direct] += (bias.float()[None, :] + res.float()).expand(M, N)[direct].to(torch.bfloat16)  # the kernel's epilogue
+    tiles = -(-N // 32) * -(-M // 64)
+    GV.sk_reduce_kernel[(tiles - DP, 32 // SK_REDUCE_ROWS, 1)](
+        part, ws2, bias, res, out, M, N, K, DP, G, res.stride(0), out.stride(0), BLOCK_M=64, BLOCK_N=32, BLOCK_K=32,
+        ROWS=SK_REDUCE_ROWS, HAS_BIAS=True, HAS_RESIDUAL=True)
+    ref = (x.float() @ w.float().T) * (256 * ws2) + bias.float() + res.float()
+    assert not out.float().isnan().any()
+    assert rel(out, ref) < 1e-2
+    assert (~direct).any()  # the reduction wrote some tiles
+
+
 def check_dequant_linear(M, N, K, config, seed, qt=None):
     """The DEQUANT way (nvfp4_dequant_kernel per chunk of rows + torch.mm) against the fp32 reference, and the
     dequantized rows themselves against the reference dequantization (one bf16 rounding each)."""
@@ -572,6 +638,7 @@ gemv = lambda bm, split: {"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K
 gemm = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
 fp8_gemm = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
 red, quant = GV.CONFIGS_splitk_reduce[0], GM.CONFIGS_quantize_rows_fp8[1]
+sk = next(c for c in GM.gemm_candidates("nvfp4", N, K, 132) if c.get("SK") and not c.get("FIX"))
 cases = {  # name: (AotSignature, grid)
     "nvfp4_gemv.BM1": (GV.signature_nvfp4_gemv(gemv(1, 1), N, K, True, True), GV.grid_gemv(gemv(1, 1), N)),
     "nvfp4_gemv.BM1.S4": (GV.signature_nvfp4_gemv(gemv(1, 4), N, K), GV.grid_gemv(gemv(1, 4), N)),
@@ -591,6 +658,9 @@ cases = {  # name: (AotSignature, grid)
     "fp8_gemm": (GM.signature_fp8_gemm(fp8_gemm, N, K, True, True), GM.grid_gemm(fp8_gemm, 2048, N)),
     "nvfp4_wgmma": (GLG.signature_nvfp4_gemm_wgmma(GM.CONFIGS_nvfp4_wgmma[0], N, K, True, True),
                     GLG.grid_wgmma(GM.CONFIGS_nvfp4_wgmma[0], 2048, N)),
+    "nvfp4_wgmma_sk": (GLG.signature_nvfp4_gemm_wgmma_sk(sk, N, K), (sk["SK"], 1, 1)),  # the build compiles no bias
+    "nvfp4_wgmma_sk.fix": (GLG.signature_nvfp4_gemm_wgmma_sk({**sk, "FIX": True}, N, K), (sk["SK"], 1, 1)),
+    "sk_reduce": (GLG.signature_sk_reduce(sk, N, K, True, True), GLG.grid_sk_reduce(sk, 2048, N)),
 }
 report = {}
 for name, (sig, grid) in cases.items():
@@ -628,7 +698,7 @@ def test_aot_compile_sm90(tmp_path):
         assert e["global_scratch"] == 0
     for name in ("nvfp4_gemv.BM1", "fp8_gemv.BM1"):
         assert report[name]["ptx_v4_loads"] > 0, f"{name}: weights are not loaded 16 bytes at a time"
-    for name in ("nvfp4_gemm", "fp8_gemm", "nvfp4_wgmma"):
+    for name in ("nvfp4_gemm", "fp8_gemm", "nvfp4_wgmma", "nvfp4_wgmma_sk", "nvfp4_wgmma_sk.fix"):
         assert report[name]["wgmma"] > 0, f"{name} does not use wgmma"
     for name, e in report.items():  # launch_dependents and wait in the PDL builds only
         assert e["griddepcontrol"] == (2 if name.endswith(".pdl") else 0), name

@@ -35,6 +35,27 @@ def split_engine(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def sk_engine(tmp_path_factory):
+    """Two tiny-llama-wide engines whose GEMM buckets take the persistent stream-K wgmma GEMM where K allows it (K a
+    multiple of 256): with the reduction launch, and with the in-kernel sums (FIX); the packed dequantization
+    elsewhere."""
+    red = GM.CONFIGS_nvfp4_wgmma_sk[0]
+    fix = {**red, "FIX": True}
+    tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(GM, "CONFIGS_nvfp4_gemm", [red, tile])
+    try:
+        first = build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("sk") / "e", dtype="nvfp4",
+                                  device="cuda", autotune=False, progress=False))
+        mp.setattr(GM, "CONFIGS_nvfp4_gemm", [fix, tile])
+        second = build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("skfix") / "e",
+                                   dtype="nvfp4", device="cuda", autotune=False, progress=False))
+    finally:
+        mp.undo()
+    return first, second
+
+
+@pytest.fixture(scope="module")
 def streamk_engine(tmp_path_factory):
     """tiny-llama-wide whose GEMV buckets all take a stream-K config (the first that fits each shape)."""
     mp = pytest.MonkeyPatch()
@@ -100,6 +121,25 @@ def test_split_wgmma_in_the_plan(split_engine):
                 assert item["kernel"].startswith("nvfp4_wgmma.") and item["reduce"] in table
                 assert dict(table[item["kernel"]]["params"])["out_ptr"] == "*fp32"
     assert seen
+
+
+def test_sk_wgmma_in_the_plan(sk_engine):
+    """A persistent wgmma bucket names the kernel (its grid: the chip's programs) and, without FIX, the stream-K
+    reduction; K that the kernel cannot take (K % 256) falls back to the dequantization."""
+    seen = set()
+    for result in sk_engine:
+        table = result.manifest["kernels"]["kernels"]
+        for key, entry in result.manifest["linear_kernels"].items():
+            k = int(key.split("x")[1])
+            for bucket in ("64", "256", "2048"):
+                item = entry[bucket]
+                assert bool(item["config"].get("SK")) == (k % 256 == 0), (key, item["config"])
+                if item["config"].get("SK"):
+                    seen.add(bool(item["config"].get("FIX")))
+                    assert item["kernel"].startswith("nvfp4_wgmma_sk.") and table[item["kernel"]]["grid"][0] == \
+                        item["config"]["SK"]
+                    assert (item["reduce"] in table) != bool(item["config"].get("FIX")), item
+    assert seen == {True, False}
 
 
 def test_streamk_candidates():
@@ -190,6 +230,18 @@ def test_split_engine_linears_match_reference(m, split_engine):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [64, 200, 300])
+@pytest.mark.parametrize("fix", [False, True])
+def test_sk_engine_linears_match_reference(m, fix, sk_engine):
+    """Through CudaLinear (the AOT kernels), with the reduction launch or FIX; twice, so that the second call sees
+    FIX's counters back at zero."""
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    for _ in range(2):
+        check_engine_linears(sk_engine[fix], m)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 3, 16])
 def test_streamk_engine_linears_match_reference(m, streamk_engine):
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
@@ -266,3 +318,38 @@ def test_streamk_gemv_gpu(config):
         assert err < 1e-2, (n, k, err)
         assert torch.equal(outs[0], outs[1]), (n, k)
         assert int(cnt.abs().sum()) == 0, (n, k)
+
+
+_SK_GEMM = [{"WGMMA": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "STAGES": st, "num_warps": w, "num_stages": 1,
+             "W_SMEM": True, "TILED": True, "BITS": True, "SK": g, "DP": dp, **({"FIX": True} if fix else {})}
+            for bm, bn, st, w, g, dp, fix in [(256, 128, 4, 8, 132, 1, False), (256, 128, 4, 8, 132, 0, True),
+                                              (256, 128, 4, 8, 132, 2, True), (128, 64, 4, 4, 264, 1, True)]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _SK_GEMM, ids=_ids(_SK_GEMM))
+def test_wgmma_streamk_gpu(config):
+    """The persistent stream-K wgmma GEMM (gluon_gemm.nvfp4_gemm_wgmma_sk_kernel; with the reduction launch, or FIX:
+    the parts summed inside) at 8B qkv (48 tiles of 256 x 128 over 132 programs: every tile shared), 27B down (K
+    17408), a shape with more stream-K programs than block pairs (N 256, K 512: 2 x 4 pairs on 132 programs) and M
+    300 (a partial M tile), with bias and residual, against the fp32 reference; deterministic (two launches
+    bit-identical), FIX's counters back to zero."""
+    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+    cnt = torch.zeros(4096, dtype=torch.int32, device="cuda")
+    for n, k, m in ((6144, 4096, 256), (5120, 17408, 256), (256, 512, 256), (6144, 4096, 300)):
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, True)
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+        res = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+        outs = []
+        for _ in range(2):
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            part = torch.full(gm.sk_partials_shape(config), float("nan"), device="cuda")
+            outs.append(gm.launch_nvfp4_gemm_wgmma_sk(x, w, ws, ws2, config, bias=bias, residual=res, out=out,
+                                                      part=part, counters=cnt))
+        ref = x.float() @ ref_w.T + bias.float() + res.float()
+        err = float((outs[0].float() - ref).norm() / ref.norm())
+        assert err < 1e-2, (n, k, m, err)
+        assert torch.equal(outs[0], outs[1]), (n, k, m)
+        assert int(cnt.abs().sum()) == 0, (n, k, m)
