@@ -17,13 +17,14 @@ SHAPES = {"qwen3.5-27b.gate_up": (34816, 5120), "qwen3.5-27b.down": (5120, 17408
           "llama-3.1-8b.down": (4096, 14336), "llama-3.1-8b.lm_head": (128256, 4096)}
 TILES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps)
     "256x128": (256, 128, 64, 4, 8), "128x128": (128, 128, 64, 5, 8), "128x64": (128, 64, 64, 4, 4),
-    "256x64": (256, 64, 64, 4, 4)}
+    "256x64": (256, 64, 64, 4, 4), "256x128s5": (256, 128, 64, 5, 8)}
 
 
 def variants(quick: bool) -> list[dict]:
     """SK configs: (tile, programs, DP mode, FIX: the parts summed inside the kernel instead of a second launch)."""
     plan = [("256x128", 132, 1, False), ("256x128", 132, 1, True), ("256x128", 132, 0, True),
-            ("256x128", 132, 2, True), ("128x128", 132, 1, True), ("128x64", 264, 1, True), ("256x64", 132, 1, True)]
+            ("256x128", 132, 2, True), ("128x128", 132, 1, True), ("128x64", 264, 1, True), ("256x64", 132, 1, True),
+            ("256x128s5", 132, 1, True)]
     if quick:
         plan = plan[:3]
     out = []
@@ -64,6 +65,9 @@ def main() -> None:
                 cfgs.append(("shipped", gm.launch_nvfp4_gemm_wgmma, c0["nvfp4"]["config"]))
             plain = {k: v for k, v in variants(True)[0].items() if k not in ("SK", "DP", "FIX")}
             cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, plain))  # the SK tile on the plain grid
+            cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, {**plain, "STAGES": 5}))  # one block deeper
+            # one warpgroup a CTA, two CTAs an SM (105 KB of shared memory, 249 registers): independent CTAs
+            cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, {**plain, "BLOCK_N": 64, "STAGES": 3, "num_warps": 4}))
             counters = torch.zeros(8192, dtype=torch.int32, device="cuda")  # FIX's, zero again after each launch
 
             def sk(x, a, b, ws2, cfg, reduce=True, counters=counters):
@@ -92,7 +96,7 @@ def main() -> None:
                 row["variants"].append(rec)
                 tag = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} G{cfg.get('SK', '-')} DP{cfg.get('DP', '-')}"
                        f"{' FIX' if cfg.get('FIX') else ''}"
-                       if kind == "sk" else kind)
+                       if kind == "sk" else f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} S{cfg['STAGES']}")
                 print(f"{name:22s} M={m:4d} {tag:22s} "
                       + (f"{rec['us']:8.1f} us  x{row['cublas_us'] / rec['us']:.2f} cuBLAS" if "us" in rec else "")
                       + (f"  kernel {rec['kernel_us']:7.1f} us" if "kernel_us" in rec else "")
