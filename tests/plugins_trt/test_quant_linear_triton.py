@@ -638,7 +638,7 @@ gemv = lambda bm, split: {"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K
 gemm = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
 fp8_gemm = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
 red, quant = GV.CONFIGS_splitk_reduce[0], GM.CONFIGS_quantize_rows_fp8[1]
-sk = next(c for c in GM.gemm_candidates("nvfp4", N, K, 132) if c.get("SK") and not c.get("FIX"))
+sk = {**{k: v for k, v in GM.CONFIGS_nvfp4_wgmma_sk[0].items() if k != "SK_PER_SM"}, "SK": 132}
 cases = {  # name: (AotSignature, grid)
     "nvfp4_gemv.BM1": (GV.signature_nvfp4_gemv(gemv(1, 1), N, K, True, True), GV.grid_gemv(gemv(1, 1), N)),
     "nvfp4_gemv.BM1.S4": (GV.signature_nvfp4_gemv(gemv(1, 4), N, K), GV.grid_gemv(gemv(1, 4), N)),
