@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|staged|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -72,6 +72,11 @@ fi
 if [ "$what" = wgmmask ]; then  # the persistent stream-K wgmma GEMM (SK configs) beside the shipped config and
     # cuBLAS at M 256 / 64 (tools/dev/nvfp4_wgmma_sk.py)
     timeout ${SK_TIMEOUT:-480} python3 -m atlas.tools.dev.nvfp4_wgmma_sk ${SK_ARGS:-} 2>&1 | tee "$out/nvfp4_wgmma_sk.log" | grep -a " M=\|Error" | tail -120
+fi
+if [ "$what" = staged ]; then  # the Gluon GEMV with its weights staged in shared memory before the PDL wait
+    # (STAGE configs) beside the shipped configs, six shapes, M 1..16 (tools/dev/nvfp4_staged.py)
+    timeout ${STAGED_TIMEOUT:-400} python3 -m atlas.tools.dev.nvfp4_staged ${STAGED_ARGS:-} 2>&1 | tee "$out/nvfp4_staged.log" \
+        | grep -a " M=\|Error" | tail -40
 fi
 if [ "$what" = srcprof ]; then  # bf16 subnormals through the tensor cores, then Nsight Compute's per-instruction
     # stall samples of the shipped GEMVs (27B gate_up M 1, 8B qkv M 1 and M 16): where the warps wait

@@ -298,6 +298,49 @@ def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, 
 
 
 @gluon.jit
+def _staged(acc, w_ptr, ws_ptr, x_rows, pid, b_lo, b_hi, nb, N, K, stride_wn, stride_sn, wstep, sstep, xmask,
+            BN: gl.constexpr, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr,
+            NW: gl.constexpr, S: gl.constexpr, TILED: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr,
+            pL: gl.constexpr, aL: gl.constexpr, bL: gl.constexpr, PDL: gl.constexpr, BITS: gl.constexpr):
+    """STAGE: the split's first S blocks of words and scales copied into shared memory by cp.async (16-byte words,
+    4-byte scale groups, one commit group a block) before the PDL wait, then read back block by block in the
+    compute layouts. The bytes in flight live in shared memory instead of registers (PRE holds them in registers:
+    163 of them at 128 x 128, PRE 4, three programs filling an SM's register file), so a program needs few registers
+    and, in a PDL chain, the next kernel's programs fit beside this kernel's and stream their weights while this one
+    decodes. x (the previous kernel's output) is loaded after the wait, one block ahead. Blocks past the split are
+    clamped copies that meet x = 0."""
+    shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+    w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
+    s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
+    wcL, scL, xcL = copy_layouts(BK, NW)
+    rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
+    srows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
+    wp, sp = _row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
+                       gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
+    sp = sp.to(gl.pointer_type(gl.int8))
+    for i in gl.static_range(S):
+        kb = gl.minimum(b_lo + i, nb - 1)
+        async_copy.async_copy_global_to_shared(w_s.index(i), wp + kb * wstep)
+        async_copy.async_copy_global_to_shared(s_s.index(i), sp + kb * sstep)
+        async_copy.commit_group()
+    if PDL:
+        _gdc_wait()
+    x = gl.load(x_rows + gl.minimum(b_lo, nb - 1) * BK, mask=xmask & (b_lo < b_hi), other=0.0)
+    for i in gl.static_range(S):
+        kb = b_lo + i
+        if i + 1 < S:  # the next block's x, one block ahead
+            x_n = gl.load(x_rows + gl.minimum(kb + 1, nb - 1) * BK, mask=xmask & (kb + 1 < b_hi), other=0.0)
+        async_copy.wait_group(S - 1 - i)  # block i's group (this thread's copies) has landed
+        gl.thread_barrier()                # and everyone else's
+        wd = w_s.index(i).load(wL)
+        sc = _scales(s_s.index(i).load(sL).to(gl.float8e4nv, bitcast=True), BN, KW, wL)
+        acc = _block(acc, wd, sc, _x_operand(x, BK, MP, RP, bL), BN, BK, RP, pL, aL, BITS)
+        if i + 1 < S:
+            x = x_n
+    return acc
+
+
+@gluon.jit
 def _x_shared(acc, w_rows, s_rows, wstep, sstep, x_ptr, b_lo, b_hi, nb, M, stride_xm, BN: gl.constexpr,
               BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr, NW: gl.constexpr,
               S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr, xL: gl.constexpr,
@@ -337,7 +380,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
                           XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0,
-                          BITS: gl.constexpr = False):
+                          BITS: gl.constexpr = False, STAGE: gl.constexpr = 0):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
@@ -347,7 +390,8 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     a block's bytes in one or two runs. XSMEM (with PIPE 1): x through that many shared-memory slots, read once a
     program (`_x_shared`). UNROLL 2 (PIPE 1, no XSMEM): the K loop two blocks a step, both blocks' loads first.
     PRE 2 / 4 (PIPE 1, no XSMEM or UNROLL): that many blocks' weights loaded before the PDL wait (all of a short
-    split), so that they stream during the kernel before."""
+    split), so that they stream during the kernel before. STAGE S (PIPE 1, no XSMEM, UNROLL or PRE): the first S
+    blocks' weights copied into shared memory before the PDL wait (`_staged`), the rest in the plain loop."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -378,7 +422,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
     if PDL:
         _gdc_launch_dependents()
-        if PIPE == 1 and PRE == 0:
+        if PIPE == 1 and PRE == 0 and STAGE == 0:
             _gdc_wait()
     if XSMEM > 0:
         gl.static_assert(PIPE == 1)
@@ -412,6 +456,12 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             wd, sr, xw = wd_n, sr_n, xw_n
     else:
         b_mid = b_lo
+        if STAGE > 0:
+            gl.static_assert(PRE == 0)
+            gl.static_assert(UNROLL == 1)
+            acc = _staged(acc, w_ptr, ws_ptr, x_rows, pid, b_lo, b_hi, nb, N, K, stride_wn, stride_sn, wstep, sstep,
+                          xmask, BN, BK, MP, RP, KW, NW, STAGE, TILED, wL, sL, pL, aL, bL, PDL, BITS)
+            b_mid = gl.minimum(b_lo + STAGE, b_hi)
         if PRE > 0:  # the first PRE blocks' weights loaded before the PDL wait (the whole split at PRE >= its block
             # count): in a chain of launches they stream while the previous kernel runs; blocks past the split
             # load a clamped block and meet x = 0

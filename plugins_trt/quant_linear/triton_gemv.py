@@ -727,6 +727,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["PRE"] = config["PRE"]
     if config.get("BITS"):  # the Gluon GEMV's words in layout.NVFP4_BITS order
         cx["BITS"] = True
+    if config.get("STAGE"):  # the Gluon GEMV's weight blocks copied into shared memory before the PDL wait
+        cx["STAGE"] = config["STAGE"]
     return cx
 
 
@@ -748,7 +750,7 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     cx = _gemv_constexprs(config, has_bias, has_residual, pdl)
     if config.get("GLUON"):  # the Gluon kernel's experiment switches (AOT wants every constexpr spelt out)
-        cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, "PRE": 0, **cx}
+        cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, "PRE": 0, "STAGE": 0, **cx}
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
 
 

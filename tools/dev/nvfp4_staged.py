@@ -1,0 +1,86 @@
+"""Experiment helper (GPU box): the Gluon NVFP4 GEMV with its weight blocks staged in shared memory before the PDL
+wait (`STAGE` configs, gluon_gemv._staged) beside the config gemm.json shipped for each case, on the tiled BITS
+weights engines run, chained with PDL as engines launch them (CUDA-graph replays over rotated weight copies).
+
+    python -m atlas.tools.dev.nvfp4_staged [--quick]   # $OUT/nvfp4_staged.json
+
+Why: the small layers (8B qkv, 14 MB) lose most of their time outside the weight stream (tools/results/gemm.json:
+0.38-0.46 of the copy bandwidth where a read-only kernel reaches 0.99), and with the weights held in registers
+(PRE) three programs fill an SM's register file, so the next kernel of a chain cannot start its loads until this
+one's programs leave. Staged in shared memory, a program needs 66-130 registers and 37 KB, and two kernels'
+programs fit on an SM together.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from atlas.tools.dev.nvfp4_streamk import SHAPES
+
+# (BLOCK_N, BLOCK_K, SPLIT_K, STAGE[, MAXNREG]) by MP (8: M 1..8, 16: M 9..16); 4 warps
+VARIANTS = {8: [(64, 128, 4, 8), (64, 128, 8, 4), (64, 256, 4, 4), (64, 256, 8, 2), (128, 128, 8, 4),
+                (128, 128, 4, 8), (64, 128, 16, 2), (128, 128, 8, 4, 80)],
+            16: [(128, 128, 8, 4), (128, 128, 16, 2), (64, 128, 8, 4), (128, 128, 4, 8), (64, 128, 4, 8),
+                 (64, 128, 16, 2)]}
+"""sm_90 (CPU compile, 8B qkv): 63-110 registers at MP 8 (MAXNREG 80 spills 16 bytes at 128 x 128, 152 at 64 x 256),
+118-132 at MP 16 (a cap of 96 spills 232 bytes); 9-74 KB of shared memory."""
+
+
+def configs(m: int, n: int, k: int) -> list[dict]:
+    """The STAGE variants that fit the shape (BLOCK_N | N, BLOCK_K | K) at bucket M."""
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+
+    bm = gemv.gemv_bucket(m)
+    out = []
+    for bn, bk, split, stage, *cap in VARIANTS[8 if bm <= 8 else 16]:
+        if n % bn or k % bk:
+            continue
+        c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 1,
+             "GLUON": True, "PIPE": 1, "TILED": True, "BITS": True, "STAGE": stage}
+        out.append({**c, "MAXNREG": cap[0]} if cap else c)
+    return out
+
+
+def main(quick: bool = False) -> None:
+    import torch
+
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info
+    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_weight
+
+    out_dir = os.environ.get("OUT", "/tmp/out")
+    os.makedirs(out_dir, exist_ok=True)
+    shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in
+               json.load(open("tools/results/gemm.json"))["cases"]}
+    bw = copy_bandwidth()
+    res = {**device_info(), "copy_bandwidth": bw, "rows": []}
+    for name, (n, k) in SHAPES.items():
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bits=True)
+        nbytes = n * k // 2 + n * k // 16 + n * 4
+        copies = [(w, ws, ws2)] + [(w.clone(), ws.clone(), ws2) for _ in range(copies_for(nbytes) - 1)]
+        for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            ref = x.float() @ ref_w.T
+            row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
+            cfgs = [shipped[(name, m)]] + configs(m, n, k)
+            recs, best = check_and_time(cfgs, lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), ref,
+                                        copies)
+            row["shipped"], row["staged"] = recs[0], recs[1:]
+            row["best_staged"] = min((r for r in recs[1:] if "us" in r), key=lambda r: r["us"], default=None)
+            frac = (lambda us: row["bytes"] / (us * 1e-6) / bw)
+            s, b = row["shipped"], row["best_staged"]
+            fails = [(r.get("rel_error"), r.get("error", "")[:120]) for r in recs if "us" not in r]
+            print(f"{name:22s} M={m:2d} shipped {s.get('us', 0):7.1f} us (bw {frac(s['us']) if 'us' in s else 0:.2f})"
+                  f"  staged best {b['us'] if b else 0:7.1f} us (bw {frac(b['us']) if b else 0:.2f}) "
+                  f"{ {q: b.get(q) for q in ('BLOCK_N', 'BLOCK_K', 'SPLIT_K', 'STAGE', 'MAXNREG')} if b else ''} "
+                  f"errors {sorted({round(r['rel_error'], 4) for r in recs if 'rel_error' in r})} failed {fails[:3]}",
+                  flush=True)
+            res["rows"].append(row)
+            json.dump(res, open(f"{out_dir}/nvfp4_staged.json", "w"), indent=1)
+        del copies, w, ws, ref_w
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main("--quick" in sys.argv)
