@@ -305,14 +305,14 @@ def _staged(acc, w_ptr, ws_ptr, x_rows, pid, b_lo, b_hi, nb, N, K, stride_wn, st
     """STAGE: the split's first S blocks of words and scales copied into shared memory by cp.async (16-byte words,
     4-byte scale groups, one commit group a block) before the PDL wait, then read back block by block in the
     compute layouts. The bytes in flight live in shared memory instead of registers (PRE holds them in registers:
-    163 of them at 128 x 128, PRE 4, three programs filling an SM's register file), so a program needs few registers
+    128-192 of them in sm_90 compiles, three programs filling an SM's register file), so a program needs few registers
     and, in a PDL chain, the next kernel's programs fit beside this kernel's and stream their weights while this one
     decodes. x (the previous kernel's output) is loaded after the wait, one block ahead. Blocks past the split are
     clamped copies that meet x = 0."""
     shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     w_s = gl.allocate_shared_memory(gl.int32, [S, BN, KW], shl)
     s_s = gl.allocate_shared_memory(gl.int8, [S, BN, KW // 2], shl)
-    wcL, scL, xcL = copy_layouts(BK, NW)
+    wcL, scL, _ = copy_layouts(BK, NW)
     rows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
     srows = gl.minimum(pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
     wp, sp = _row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
@@ -420,6 +420,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
     xmask = (xm < M)[:, None]
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
+    gl.static_assert(STAGE == 0 or (PIPE == 1 and XSMEM == 0))  # _staged holds the PDL wait of the plain loop only
     if PDL:
         _gdc_launch_dependents()
         if PIPE == 1 and PRE == 0 and STAGE == 0:
