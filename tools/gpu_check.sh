@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|staged|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|staged|pending|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -77,6 +77,13 @@ if [ "$what" = staged ]; then  # the Gluon GEMV with its weights staged in share
     # (STAGE configs) beside the shipped configs, six shapes, M 1..16 (tools/dev/nvfp4_staged.py)
     timeout ${STAGED_TIMEOUT:-400} python3 -m atlas.tools.dev.nvfp4_staged ${STAGED_ARGS:-} 2>&1 | tee "$out/nvfp4_staged.log" \
         | grep -a " M=\|Error" | tail -40
+fi
+if [ "$what" = pending ]; then  # every form written but never run on a GPU, in one call (about 9 minutes): the STAGE
+    # GEMV sweep (short), the stream-K wgmma GEMM's GPU tests, its sweep at M 256
+    STAGED_TIMEOUT=${STAGED_TIMEOUT:-240} STAGED_ARGS=${STAGED_ARGS:---quick} bash "$0" staged
+    timeout ${SKTEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        -k "wgmma_streamk or sk_engine" 2>&1 | tee "$out/pytest_sk_gpu.log" | tail -8
+    SK_TIMEOUT=${SK_TIMEOUT:-180} SK_ARGS=${SK_ARGS:---m 256} bash "$0" wgmmask
 fi
 if [ "$what" = srcprof ]; then  # bf16 subnormals through the tensor cores, then Nsight Compute's per-instruction
     # stall samples of the shipped GEMVs (27B gate_up M 1, 8B qkv M 1 and M 16): where the warps wait
