@@ -298,13 +298,15 @@ CONFIGS_nvfp4_wgmma_sk = [
 ]
 """The wgmma kernel on a persistent grid (gluon_gemm.nvfp4_gemm_wgmma_sk_kernel): SK_PER_SM programs an SM
 (gemm_candidates turns it into "SK", the program count of the chip), whole waves of tiles data-parallel and the rest
-shared by stream-K (DP mode 1), the shared tiles summed inside the kernel (FIX) or by a second launch. Not yet among
-the build's candidates: its JIT form was right and faster on the 27B shapes at M 256 (NOTES, 2026-12-05), but the
-engine path (AOT kernels through CudaLinear: tests/runtime/test_linear_tiled.py::test_sk_engine_*) has not run on
-a GPU; add it to CONFIGS_nvfp4_gemm once those tests pass."""
-CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma
+shared by stream-K (DP mode 1), the shared tiles summed by a second launch (sk_reduce_kernel; FIX, the sum inside the
+kernel, was 3-14% slower on five shapes and 2% faster on the 8B lm_head). H100
+(tools/results/nvfp4_wgmma_sk_h100.json, M 256, the shipped config timed in the same run): 27B gate_up 195.4 -> 174.3
+us, 27B down 128.4 -> 112.3; level or slower on the 8B shapes, so it is one more candidate for the tuner. Engine path
+(AOT kernels through CudaLinear, both reduction forms): tests/runtime/test_linear_tiled.py -k "wgmma_streamk or
+sk_engine", 10 passed on that H100 (tools/results/pytest_sk_gpu_h100.log)."""
+CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
-wgmma kernel ("WGMMA")."""
+wgmma kernel ("WGMMA") and its persistent stream-K form ("SK")."""
 CONFIGS_fp8_gemm = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [
