@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|staged|pending|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|staged|pending|waitlate|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -77,6 +77,11 @@ if [ "$what" = staged ]; then  # the Gluon GEMV with its weights staged in share
     # (STAGE configs) beside the shipped configs, six shapes, M 1..16 (tools/dev/nvfp4_staged.py)
     timeout ${STAGED_TIMEOUT:-400} python3 -m atlas.tools.dev.nvfp4_staged ${STAGED_ARGS:-} 2>&1 | tee "$out/nvfp4_staged.log" \
         | grep -a " M=\|Error" | tail -40
+fi
+if [ "$what" = waitlate ]; then  # a bound: the split Gluon GEMV with all its work before the PDL wait (WAIT_LATE
+    # probe) beside the shipped config, six shapes, M 1 / 16 (tools/dev/nvfp4_waitlate.py; ~3 minutes)
+    timeout ${WAITLATE_TIMEOUT:-400} python3 -m atlas.tools.dev.nvfp4_waitlate 2>&1 | tee "$out/nvfp4_waitlate.log" \
+        | grep -a " M=\|Error" | tail -20
 fi
 if [ "$what" = pending ]; then  # every form written but never run on a GPU, in one call (about 9 minutes): the STAGE
     # GEMV sweep (short), the stream-K wgmma GEMM's GPU tests, its sweep at M 256

@@ -380,7 +380,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
                           XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0,
-                          BITS: gl.constexpr = False, STAGE: gl.constexpr = 0):
+                          BITS: gl.constexpr = False, STAGE: gl.constexpr = 0, WAIT_LATE: gl.constexpr = False):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
@@ -391,7 +391,9 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     program (`_x_shared`). UNROLL 2 (PIPE 1, no XSMEM): the K loop two blocks a step, both blocks' loads first.
     PRE 2 / 4 (PIPE 1, no XSMEM or UNROLL): that many blocks' weights loaded before the PDL wait (all of a short
     split), so that they stream during the kernel before. STAGE S (PIPE 1, no XSMEM, UNROLL or PRE): the first S
-    blocks' weights copied into shared memory before the PDL wait (`_staged`), the rest in the plain loop."""
+    blocks' weights copied into shared memory before the PDL wait (`_staged`), the rest in the plain loop. WAIT_LATE
+    (PIPE 1, no XSMEM or STAGE): a timing probe, the PDL wait moved to the store (x read early; wrong where x is the
+    previous kernel's output), never a build candidate."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -421,9 +423,10 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     xmask = (xm < M)[:, None]
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
     gl.static_assert(STAGE == 0 or (PIPE == 1 and XSMEM == 0))  # _staged holds the PDL wait of the plain loop only
+    gl.static_assert(not WAIT_LATE or (PIPE == 1 and XSMEM == 0 and STAGE == 0))
     if PDL:
         _gdc_launch_dependents()
-        if PIPE == 1 and PRE == 0 and STAGE == 0:
+        if PIPE == 1 and PRE == 0 and STAGE == 0 and not WAIT_LATE:
             _gdc_wait()
     if XSMEM > 0:
         gl.static_assert(PIPE == 1)
@@ -477,7 +480,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                 s2 = gl.load(s_rows + gl.minimum(b_lo + 2, nb - 1) * sstep)
                 w3 = gl.load(w_rows + gl.minimum(b_lo + 3, nb - 1) * wstep)
                 s3 = gl.load(s_rows + gl.minimum(b_lo + 3, nb - 1) * sstep)
-            if PDL:
+            if PDL and not WAIT_LATE:
                 _gdc_wait()
             acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
             acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
@@ -506,6 +509,8 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
             sc = _scales(gl.load(s_rows + kb * sstep), BN, KW, wL)
             b = _x_operand(gl.load(x_rows + kb * BK, mask=xmask, other=0.0), BK, MP, RP, bL)
             acc = _block(acc, gl.load(w_rows + kb * wstep), sc, b, BN, BK, RP, pL, aL, BITS)
+    if PDL and WAIT_LATE:  # a timing probe only (tools/dev/nvfp4_waitlate.py): x read before the previous grid is
+        _gdc_wait()         # done, right only where x is nobody's output (a benchmark chain over one x)
     _store_out(acc, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma)),
                gl.arange(0, MP, layout=gl.SliceLayout(0, mma)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
