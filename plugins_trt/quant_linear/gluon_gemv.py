@@ -491,21 +491,18 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                 w3 = gl.load(w_rows + gl.minimum(b_lo + 3, nb - 1) * wstep)
                 s3 = gl.load(s_rows + gl.minimum(b_lo + 3, nb - 1) * sstep)
             gl.static_assert(AHEAD <= 2)
-            if AHEAD > 0:  # the first blocks decoded before the wait (they need no x) into shared memory, which
-                # keeps the order (ptxas sinks register-only work below the wait), read back by each thread after it
-                ahL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-                a_s = gl.allocate_shared_memory(gl.bfloat16, [AHEAD, BN, BK], ahL)
-                a_s.index(0).store(_a_operand(w0, _scales(s0, BN, KW, wL), BN, BK, RP, pL, aL, BITS))
+            if AHEAD > 0:  # the first blocks decoded before the wait (they need no x): only their mma after it
+                a0 = _a_operand(w0, _scales(s0, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
             if AHEAD > 1:
-                a_s.index(1).store(_a_operand(w1, _scales(s1, BN, KW, wL), BN, BK, RP, pL, aL, BITS))
+                a1 = _a_operand(w1, _scales(s1, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
             if PDL and not WAIT_LATE:
                 _gdc_wait()
             if AHEAD > 0:
-                acc = _pre_a(acc, a_s.index(0).load(aL), x_rows, b_lo, b_hi, nb, xmask, BK, RP, MP, bL)
+                acc = _pre_a(acc, a0, x_rows, b_lo, b_hi, nb, xmask, BK, RP, MP, bL)
             else:
                 acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
             if AHEAD > 1:
-                acc = _pre_a(acc, a_s.index(1).load(aL), x_rows, b_lo + 1, b_hi, nb, xmask, BK, RP, MP, bL)
+                acc = _pre_a(acc, a1, x_rows, b_lo + 1, b_hi, nb, xmask, BK, RP, MP, bL)
             else:
                 acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL,
                                  BITS)
