@@ -81,7 +81,7 @@ fi
 if [ "$what" = waitlate ]; then  # a bound: the split Gluon GEMV with all its work before the PDL wait (WAIT_LATE
     # probe) beside the shipped config, six shapes, M 1 / 16 (tools/dev/nvfp4_waitlate.py; ~3 minutes)
     timeout ${WAITLATE_TIMEOUT:-400} python3 -m atlas.tools.dev.nvfp4_waitlate 2>&1 | tee "$out/nvfp4_waitlate.log" \
-        | grep -a " M=\|Error" | tail -24
+        | grep -a " M=\|Error" | tail -20
 fi
 if [ "$what" = pending ]; then  # every form written but never run on a GPU, in one call (about 9 minutes): the STAGE
     # GEMV sweep (short), the stream-K wgmma GEMM's GPU tests, its sweep at M 256

@@ -246,14 +246,6 @@ def _pre_block(acc, wd, sr, x_rows, kb, b_hi, nb, xmask, BN: gl.constexpr, BK: g
 
 
 @gluon.jit
-def _pre_a(acc, a, x_rows, kb, b_hi, nb, xmask, BK: gl.constexpr, RP: gl.constexpr, MP: gl.constexpr,
-           bL: gl.constexpr):
-    """One preloaded block decoded ahead of the PDL wait (AHEAD): its A fragments a, its x (zero past the split)."""
-    x = gl.load(x_rows + gl.minimum(kb, nb - 1) * BK, mask=xmask & (kb < b_hi), other=0.0)
-    return mma_v2(a, _x_operand(x, BK, MP, RP, bL), acc)
-
-
-@gluon.jit
 def _pipelined(acc, w_ptr, ws_ptr, x_ptr, pid, b_lo, b_hi, nb, M, N, stride_wn, stride_sn, stride_xm,
                BN: gl.constexpr, BK: gl.constexpr, MP: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr,
                NW: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr,
@@ -388,8 +380,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
                           XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0,
-                          BITS: gl.constexpr = False, STAGE: gl.constexpr = 0, WAIT_LATE: gl.constexpr = False,
-                          AHEAD: gl.constexpr = 0):
+                          BITS: gl.constexpr = False, STAGE: gl.constexpr = 0, WAIT_LATE: gl.constexpr = False):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
@@ -402,8 +393,7 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     split), so that they stream during the kernel before. STAGE S (PIPE 1, no XSMEM, UNROLL or PRE): the first S
     blocks' weights copied into shared memory before the PDL wait (`_staged`), the rest in the plain loop. WAIT_LATE
     (PIPE 1, no XSMEM or STAGE): a timing probe, the PDL wait moved to the store (x read early; wrong where x is the
-    previous kernel's output), never a build candidate. AHEAD 1 / 2 (with PRE): the first blocks' weights decoded to
-    the mma's A fragments before the PDL wait, only their x and mma after it."""
+    previous kernel's output), never a build candidate."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -490,22 +480,10 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                 s2 = gl.load(s_rows + gl.minimum(b_lo + 2, nb - 1) * sstep)
                 w3 = gl.load(w_rows + gl.minimum(b_lo + 3, nb - 1) * wstep)
                 s3 = gl.load(s_rows + gl.minimum(b_lo + 3, nb - 1) * sstep)
-            gl.static_assert(AHEAD <= 2)
-            if AHEAD > 0:  # the first blocks decoded before the wait (they need no x): only their mma after it
-                a0 = _a_operand(w0, _scales(s0, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
-            if AHEAD > 1:
-                a1 = _a_operand(w1, _scales(s1, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
             if PDL and not WAIT_LATE:
                 _gdc_wait()
-            if AHEAD > 0:
-                acc = _pre_a(acc, a0, x_rows, b_lo, b_hi, nb, xmask, BK, RP, MP, bL)
-            else:
-                acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
-            if AHEAD > 1:
-                acc = _pre_a(acc, a1, x_rows, b_lo + 1, b_hi, nb, xmask, BK, RP, MP, bL)
-            else:
-                acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL,
-                                 BITS)
+            acc = _pre_block(acc, w0, s0, x_rows, b_lo, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+            acc = _pre_block(acc, w1, s1, x_rows, b_lo + 1, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
             if PRE == 4:
                 acc = _pre_block(acc, w2, s2, x_rows, b_lo + 2, b_hi, nb, xmask, BN, BK, RP, KW, MP, wL, pL, aL, bL,
                                  BITS)

@@ -729,8 +729,6 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["BITS"] = True
     if config.get("STAGE"):  # the Gluon GEMV's weight blocks copied into shared memory before the PDL wait
         cx["STAGE"] = config["STAGE"]
-    if config.get("AHEAD"):  # the Gluon GEMV's first PRE blocks decoded before the PDL wait
-        cx["AHEAD"] = config["AHEAD"]
     if config.get("WAIT_LATE"):  # a timing probe of the Gluon GEMV (the PDL wait moved to the store), never built
         cx["WAIT_LATE"] = True
     return cx

@@ -1,7 +1,6 @@
 """The WAIT_LATE timing probe of the Gluon NVFP4 GEMV (tools/dev/nvfp4_waitlate.py) compiles for sm_90 with its PDL
 wait after every mma (the point of the probe: all the work before the wait, only the store after it), while the same
-config without the probe waits before its first mma; AHEAD forms decode some of their blocks (never all the mma's
-work) before the wait, the plain forms none. Static: the compile runs on the CPU; the GPU run is the tool's
+config without the probe waits before its first mma. Static: the compile runs on the CPU; the GPU run is the tool's
 main()."""
 
 import pytest
@@ -19,9 +18,7 @@ for m in (1, 16):
     for label, cfg in configs({**shipped, "BLOCK_M": gemv.gemv_bucket(m)}, m, 6144, 4096):
         ptx = gemv.compile_aot(gemv.signature_nvfp4_gemv(cfg, 6144, 4096, pdl=True)).asm["ptx"]
         wait, first, last = ptx.index("griddepcontrol.wait"), ptx.index("mma.sync"), ptx.rindex("mma.sync")
-        dec = ptx[:wait].count("mul.rn.bf16x2")  # the scale multiply of each decoded pair of weights
-        print("CFG", m, int(bool(cfg.get("WAIT_LATE"))), int(first < wait), int(last < wait), cfg.get("AHEAD", 0), dec,
-              ptx.count("mul.rn.bf16x2"), label.replace(" ", "_"))
+        print("CFG", m, int(bool(cfg.get("WAIT_LATE"))), int(first < wait), int(last < wait), label.replace(" ", "_"))
 """
 
 
@@ -29,13 +26,8 @@ def test_waitlate_probe_waits_after_its_work():
     rows = [line.split()[1:] for line in run_compiled(CODE).splitlines() if line.startswith("CFG")]
     assert len(rows) >= 10, rows
     assert {r[1] for r in rows} == {"0", "1"}, rows
-    assert any(r[4] != "0" for r in rows), rows
-    for m, late, first_before, last_before, ahead, dec, total, label in rows:
+    for m, late, first_before, last_before, label in rows:
         if late == "1":
             assert first_before == last_before == "1", (m, label)
         else:
             assert first_before == "0", (m, label)
-        if ahead != "0":  # the AHEAD blocks decoded before the wait, the plain loop's code after it
-            assert 0 < int(dec) < int(total), (m, label, dec, total)
-        elif late == "0":
-            assert dec == "0", (m, label, dec)

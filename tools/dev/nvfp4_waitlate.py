@@ -8,8 +8,7 @@ gemm.json shipped, in the same PDL chain over rotated BITS weight copies, for th
 
 If the probe is much faster than the shipped config, the per-kernel cost is the post-wait critical path (x, decode,
 mma, the reduction launch) and decoding ahead of the wait is the lever; if not, the GEMV's own instruction
-throughput is, and only fewer instructions a weight or more warps a scheduler will help. AHEAD forms (the first
-PRE blocks decoded before the wait, gluon_gemv) are real kernels, checked against the fp32 reference like the rest.
+throughput is, and only fewer instructions a weight or more warps a scheduler will help.
 """
 from __future__ import annotations
 
@@ -19,32 +18,24 @@ import os
 from atlas.tools.dev.nvfp4_streamk import SHAPES
 
 GLUON = {"num_warps": 4, "num_stages": 1, "GLUON": True, "PIPE": 1, "TILED": True, "BITS": True}
-EXTRA = {  # (BLOCK_N, BLOCK_K, SPLIT_K, PRE, AHEAD) beside the shipped config, by bucket; AHEAD 0 forms get their
-    # WAIT_LATE bound too. At 64 x 256 SPLIT_K 8 and 64 x 128 SPLIT_K 16 on 8B qkv, PRE 2 is the whole split, so
-    # AHEAD 2 decodes all of it before the wait (84 / 72 registers, sm_90).
-    1: [(64, 256, 4, 4, 0), (64, 256, 4, 4, 1), (64, 256, 4, 4, 2), (64, 256, 8, 2, 0), (64, 256, 8, 2, 2),
-        (64, 128, 16, 2, 0), (64, 128, 16, 2, 2), (64, 128, 8, 4, 0), (64, 128, 8, 4, 2)],
-    16: [(64, 256, 8, 2, 0), (64, 256, 8, 2, 2), (64, 128, 16, 2, 0), (64, 128, 16, 2, 2), (128, 128, 8, 4, 0),
-         (128, 128, 8, 4, 1), (64, 128, 8, 4, 2)]}
+EXTRA = {  # (BLOCK_N, BLOCK_K, SPLIT_K, PRE) probed beside the shipped config, by bucket
+    1: [(64, 256, 4, 4), (64, 256, 1, 0), (128, 128, 8, 4), (64, 128, 16, 0)],
+    16: [(128, 128, 8, 4), (128, 128, 8, 0), (128, 256, 1, 0)]}
 
 
 def configs(shipped: dict, m: int, n: int, k: int) -> list[tuple[str, dict]]:
-    """(label, config): the shipped config (and its bound, where it is a Gluon split GEMV), then EXTRA's forms."""
+    """(label, config): the shipped config (and its probe, where it is a Gluon split GEMV), then EXTRA's pairs."""
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
     bm = gemv.gemv_bucket(m)
     out = [("shipped", shipped)]
     if shipped.get("GLUON") and not shipped.get("XSMEM") and shipped.get("PIPE", 1) == 1:
         out.append(("shipped late", {**shipped, "WAIT_LATE": True}))
-    for bn, bk, split, pre, ahead in EXTRA[1 if bm <= 8 else 16]:
+    for bn, bk, split, pre in EXTRA[1 if bm <= 8 else 16]:
         if n % bn or k % bk:
             continue
-        c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, **GLUON, "PRE": pre}
-        label = f"{bn}x{bk} s{split} pre{pre}"
-        if ahead:
-            out.append((f"{label} ahead{ahead}", {**c, "AHEAD": ahead}))
-        else:
-            out += [(label, c), (f"{label} late", {**c, "WAIT_LATE": True})]
+        c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, **GLUON, **({"PRE": pre} if pre else {})}
+        out += [(f"{bn}x{bk} s{split} pre{pre}", c), (f"{bn}x{bk} s{split} pre{pre} late", {**c, "WAIT_LATE": True})]
     return out
 
 
