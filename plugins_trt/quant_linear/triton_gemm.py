@@ -299,7 +299,7 @@ CONFIGS_nvfp4_wgmma_sk = [
 """The wgmma kernel on a persistent grid (gluon_gemm.nvfp4_gemm_wgmma_sk_kernel): SK_PER_SM programs an SM
 (gemm_candidates turns it into "SK", the program count of the chip), whole waves of tiles data-parallel and the rest
 shared by stream-K (DP mode 1), the shared tiles summed by a second launch (sk_reduce_kernel; FIX, the sum inside the
-kernel, was 3-14% slower on five shapes and 2% faster on the 8B lm_head). H100
+kernel, was 2-14% slower on five shapes and 2% faster on the 8B lm_head). H100
 (tools/results/nvfp4_wgmma_sk_h100.json, M 256, the shipped config timed in the same run): 27B gate_up 195.4 -> 174.3
 us, 27B down 128.4 -> 112.3; level or slower on the 8B shapes, so it is one more candidate for the tuner. Engine path
 (AOT kernels through CudaLinear, both reduction forms): tests/runtime/test_linear_tiled.py -k "wgmma_streamk or

@@ -46,8 +46,8 @@ def main(quick: bool = False) -> None:
     import torch
 
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info
-    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_weight
+    from atlas.tools.bench.timing import copy_bandwidth, device_info
+    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_copies
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -56,9 +56,7 @@ def main(quick: bool = False) -> None:
     bw = copy_bandwidth()
     res = {**device_info(), "copy_bandwidth": bw, "rows": []}
     for name, (n, k) in SHAPES.items():
-        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bits=True)
-        nbytes = n * k // 2 + n * k // 16 + n * 4
-        copies = [(w, ws, ws2)] + [(w.clone(), ws.clone(), ws2) for _ in range(copies_for(nbytes) - 1)]
+        g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
         for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ ref_w.T
@@ -78,7 +76,7 @@ def main(quick: bool = False) -> None:
                   flush=True)
             res["rows"].append(row)
             json.dump(res, open(f"{out_dir}/nvfp4_staged.json", "w"), indent=1)
-        del copies, w, ws, ref_w
+        del copies, ref_w
         torch.cuda.empty_cache()
 
 

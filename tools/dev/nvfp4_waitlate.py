@@ -7,8 +7,8 @@ gemm.json shipped, in the same PDL chain over rotated BITS weight copies, for th
     python -m atlas.tools.dev.nvfp4_waitlate      # $OUT/nvfp4_waitlate.json
 
 If the probe is much faster than the shipped config, the per-kernel cost is the post-wait critical path (x, decode,
-mma, the reduction launch) and decoding ahead of the wait is the lever; if not, the GEMV's own instruction
-throughput is, and only fewer instructions a weight or more warps a scheduler will help.
+mma, the reduction launch); if not, the GEMV's own instruction throughput is. A bound only: in the probe a kernel's
+whole work overlaps the kernels before it, which a real layer (x the previous layer's output) cannot do.
 """
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def main() -> None:
     import torch
 
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info
-    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_weight
+    from atlas.tools.bench.timing import copy_bandwidth, device_info
+    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_copies
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -53,9 +53,7 @@ def main() -> None:
     bw = copy_bandwidth()
     res = {**device_info(), "copy_bandwidth": bw, "rows": []}
     for name, (n, k) in SHAPES.items():
-        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bits=True)
-        nbytes = n * k // 2 + n * k // 16 + n * 4
-        copies = [(w, ws, ws2)] + [(w.clone(), ws.clone(), ws2) for _ in range(copies_for(nbytes) - 1)]
+        g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
         for m in (1, 16):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ ref_w.T
@@ -70,7 +68,7 @@ def main() -> None:
                 f"{r['label']}: {r['us']:.1f} us ({total / (r['us'] * 1e-6) / bw:.2f})" if "us" in r
                 else f"{r['label']}: failed {r.get('error', '')[:80]}" for r in row["runs"]), flush=True)
             json.dump(res, open(f"{out_dir}/nvfp4_waitlate.json", "w"), indent=1)
-        del copies, w, ws, ref_w
+        del copies, ref_w
         torch.cuda.empty_cache()
 
 

@@ -37,6 +37,16 @@ def nvfp4_tiled_weight(n: int, k: int, bits: bool = False):
     return (g, *gpu_order(w, ws, bits), ws2, ref)
 
 
+def nvfp4_tiled_copies(n: int, k: int, bits: bool = True):
+    """(generator, [(words, scales, weight_scale_2)] copies enough to rotate past L2, fp32 reference, weight bytes):
+    nvfp4_tiled_weight's weights, for timing GEMVs in a chain over rotated copies."""
+    from atlas.tools.bench.timing import copies_for
+
+    g, w, ws, ws2, ref = nvfp4_tiled_weight(n, k, bits)
+    nbytes = n * k // 2 + n * k // 16 + n * 4
+    return g, [(w, ws, ws2)] + [(w.clone(), ws.clone(), ws2) for _ in range(copies_for(nbytes) - 1)], ref, nbytes
+
+
 def check_and_time(configs: list[dict], run, ref, copies: list, bound: float = 1e-2) -> tuple[list[dict], dict | None]:
     """run(cfg, weights) -> output. Each config's relative error against ref (on copies[0]); the ones under bound
     are timed (median microseconds, graph replays over `copies`). Returns (one record a config, the fastest)."""
