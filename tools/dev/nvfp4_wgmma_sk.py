@@ -4,7 +4,8 @@ shipped and cuBLAS BF16, on the benchmark's six shapes at M 256 (the nvfp4_m256 
 as GPU engines run them. Every variant is checked against the fp32 reference and for run-to-run bit equality.
 
     python -m atlas.tools.dev.nvfp4_wgmma_sk      # $OUT/nvfp4_wgmma_sk.json
-    [--m 256,64]  [--quick]: fewer variants
+    [--m 256,64]  [--quick]: fewer variants  [--k128]: BLOCK_K 128 stream-K tiles (the shipped plain tile of the
+    8B shapes) beside the shipped SK config, no plain probes  [--shapes a,b]: only those shapes
 """
 from __future__ import annotations
 
@@ -17,16 +18,21 @@ SHAPES = {"qwen3.5-27b.gate_up": (34816, 5120), "qwen3.5-27b.down": (5120, 17408
           "llama-3.1-8b.down": (4096, 14336), "llama-3.1-8b.lm_head": (128256, 4096)}
 TILES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps)
     "256x128": (256, 128, 64, 4, 8), "128x128": (128, 128, 64, 5, 8), "128x64": (128, 64, 64, 4, 4),
-    "256x64": (256, 64, 64, 4, 4), "256x128s5": (256, 128, 64, 5, 8)}
+    "256x64": (256, 64, 64, 4, 4), "256x128s5": (256, 128, 64, 5, 8),
+    "128x128k128": (128, 128, 128, 4, 8), "128x128k128s3": (128, 128, 128, 3, 8), "128x64k128": (128, 64, 128, 4, 4),
+    "64x128k128": (64, 128, 128, 5, 8)}
 
 
-def variants(quick: bool) -> list[dict]:
+def variants(quick: bool, k128: bool = False) -> list[dict]:
     """SK configs: (tile, programs, DP mode, FIX: the parts summed inside the kernel instead of a second launch)."""
     plan = [("256x128", 132, 1, False), ("256x128", 132, 1, True), ("256x128", 132, 0, True),
             ("256x128", 132, 2, True), ("128x128", 132, 1, True), ("128x64", 264, 1, True), ("256x64", 132, 1, True),
             ("256x128s5", 132, 1, True)]
     if quick:
         plan = plan[:3]
+    if k128:  # the 8B shapes' plain winner (128 x 128 x 128) on the persistent grid, and its neighbours
+        plan = [("256x128", 132, 1, False), ("128x128k128", 132, 1, False), ("128x128k128", 132, 1, True),
+                ("128x128k128s3", 132, 1, False), ("128x64k128", 132, 1, False), ("64x128k128", 132, 1, False)]
     out = []
     for tile, g, dp, fix in plan:
         bm, bn, bk, st, w = TILES[tile]
@@ -48,8 +54,12 @@ def main() -> None:
     os.makedirs(out_dir, exist_ok=True)
     ms = [int(v) for v in (sys.argv[sys.argv.index("--m") + 1].split(",") if "--m" in sys.argv else ["256", "64"])]
     shipped = {(c["shape"], c["M"]): c for c in json.load(open("tools/results/gemm.json"))["cases"]}
+    k128 = "--k128" in sys.argv
+    only = sys.argv[sys.argv.index("--shapes") + 1].split(",") if "--shapes" in sys.argv else list(SHAPES)
     res = {"device": torch.cuda.get_device_name(), "rows": []}
     for name, (n, k) in SHAPES.items():
+        if name not in only:
+            continue
         g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bits=True)
         nbytes = n * k // 2 + n * k // 16
         copies = [(w, ws)] + [(w.clone(), ws.clone()) for _ in range(copies_for(nbytes) - 1)]
@@ -64,16 +74,18 @@ def main() -> None:
             if c0 is not None and c0["nvfp4"]["config"].get("WGMMA"):
                 cfgs.append(("shipped", gm.launch_nvfp4_gemm_wgmma, c0["nvfp4"]["config"]))
             plain = {k: v for k, v in variants(True)[0].items() if k not in ("SK", "DP", "FIX")}
-            cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, plain))  # the SK tile on the plain grid
-            cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, {**plain, "STAGES": 5}))  # one block deeper
-            # one warpgroup a CTA, two CTAs an SM (105 KB of shared memory, 249 registers): independent CTAs
-            cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, {**plain, "BLOCK_N": 64, "STAGES": 3, "num_warps": 4}))
+            if not k128:
+                cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, plain))  # the SK tile on the plain grid
+                cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, {**plain, "STAGES": 5}))  # one block deeper
+                # one warpgroup a CTA, two CTAs an SM (105 KB of shared memory, 249 registers): independent CTAs
+                cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma,
+                             {**plain, "BLOCK_N": 64, "STAGES": 3, "num_warps": 4}))
             counters = torch.zeros(8192, dtype=torch.int32, device="cuda")  # FIX's, zero again after each launch
 
             def sk(x, a, b, ws2, cfg, reduce=True, counters=counters):
                 return gm.launch_nvfp4_gemm_wgmma_sk(x, a, b, ws2, cfg, counters=counters, reduce=reduce)
 
-            cfgs += [("sk", sk, c) for c in variants("--quick" in sys.argv)]
+            cfgs += [("sk", sk, c) for c in variants("--quick" in sys.argv, k128)]
             for kind, launch, cfg in cfgs:
                 rec = {"kind": kind, "config": cfg}
                 try:
@@ -94,7 +106,7 @@ def main() -> None:
                 except Exception as e:  # noqa: BLE001 — record and go on
                     rec["error"] = f"{type(e).__name__}: {e}"[:400]
                 row["variants"].append(rec)
-                tag = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} G{cfg.get('SK', '-')} DP{cfg.get('DP', '-')}"
+                tag = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} G{cfg.get('SK', '-')} DP{cfg.get('DP', '-')}"
                        f"{' FIX' if cfg.get('FIX') else ''}"
                        if kind == "sk" else f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} S{cfg['STAGES']}")
                 print(f"{name:22s} M={m:4d} {tag:22s} "
