@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|sk128|staged|pending|waitlate|profilewg|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|sk128|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -170,8 +170,10 @@ fi
 if [ "$what" = profilewg ]; then  # Nsight Compute on the wgmma GEMM at M 256: the plain grid in steady state (8B
     # lm_head, 7.6 waves) and the stream-K form (27B down), pipes, stalls, shared-memory traffic
     t='"num_stages": 1, "TILED": true, "BITS": true, "W_SMEM": true, "WGMMA": true'
-    for case in "llama-3.1-8b.lm_head 256 {\"BLOCK_M\": 256, \"BLOCK_N\": 128, \"BLOCK_K\": 64, \"STAGES\": 4, \"num_warps\": 8, $t}" \
-        "qwen3.5-27b.down 256 {\"BLOCK_M\": 256, \"BLOCK_N\": 128, \"BLOCK_K\": 64, \"STAGES\": 4, \"num_warps\": 8, \"SK\": 132, \"DP\": 1, $t}"; do
+    # WGCASES (optional): "shape M {config}" lines instead of the two cases here
+    cases=${WGCASES:-"llama-3.1-8b.lm_head 256 {\"BLOCK_M\": 256, \"BLOCK_N\": 128, \"BLOCK_K\": 64, \"STAGES\": 4, \"num_warps\": 8, $t}
+qwen3.5-27b.down 256 {\"BLOCK_M\": 256, \"BLOCK_N\": 128, \"BLOCK_K\": 64, \"STAGES\": 4, \"num_warps\": 8, \"SK\": 132, \"DP\": 1, $t}"}
+    while IFS= read -r case; do
         set -- $case; name="wgmma_$1_$2_$(echo "$case" | grep -c SK)"
         ncu --clock-control none --kernel-name regex:"nvfp4_gemm_wgmma" --launch-skip 2 --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
@@ -179,7 +181,14 @@ if [ "$what" = profilewg ]; then  # Nsight Compute on the wgmma GEMM at M 256: t
             --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters \
             python3 -m atlas.tools.dev.profile_linear "$1" "$2" "${case#* * }" > "$out/ncu_$name.txt" 2>&1
         grep -a "rel error\|Duration\|Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Issued Warp\|No Eligible\|Stall\|Pipe\|Bank\|Shared" "$out/ncu_$name.txt" | head -40
-    done
+    done <<< "$cases"
+fi
+if [ "$what" = profileqkv ]; then  # profilewg on the nvfp4_m256 minimum, 8B qkv M 256: the shipped plain tile
+    # (128 x 128 x 128, 96 CTAs) and the same tile on the persistent stream-K grid (132 programs), which runs each
+    # block ~1.4x slower (tools/results/nvfp4_wgmma_sk_k128_h100.json)
+    t='"num_stages": 1, "TILED": true, "BITS": true, "W_SMEM": true, "WGMMA": true, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "STAGES": 4, "num_warps": 8'
+    WGCASES="llama-3.1-8b.qkv 256 {$t}
+llama-3.1-8b.qkv 256 {$t, \"SK\": 132, \"DP\": 1}" bash "$0" profilewg
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
