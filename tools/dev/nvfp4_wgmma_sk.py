@@ -6,6 +6,7 @@ as GPU engines run them. Every variant is checked against the fp32 reference and
     python -m atlas.tools.dev.nvfp4_wgmma_sk      # $OUT/nvfp4_wgmma_sk.json
     [--m 256,64]  [--quick]: fewer variants  [--k128]: BLOCK_K 128 stream-K tiles (the shipped plain tile of the
     8B shapes) beside the shipped SK config, no plain probes  [--shapes a,b]: only those shapes
+    [--occ]: plain (non-persistent) tiles small enough for 2-5 CTAs an SM (OCC_TILES) instead of stream-K
 """
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ TILES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps)
     "256x64": (256, 64, 64, 4, 4), "256x128s5": (256, 128, 64, 5, 8),
     "128x128k128": (128, 128, 128, 4, 8), "128x128k128s3": (128, 128, 128, 3, 8), "128x64k128": (128, 64, 128, 4, 4),
     "64x128k128": (64, 128, 128, 5, 8)}
+
+
+OCC_TILES = [  # (BLOCK_M, BLOCK_N, BLOCK_K, STAGES, num_warps): sm_90 registers / shared memory -> CTAs an SM
+    (64, 64, 128, 3, 4),  # 155 / 63 KB -> 3 (8B qkv M 256: 384 tiles on 396 slots)
+    (64, 64, 128, 4, 4),  # 155 / 84 KB -> 2
+    (64, 64, 64, 4, 4),  # 96 / 42 KB -> 5
+    (64, 64, 64, 6, 4),  # 96 / 63 KB -> 3
+    (32, 64, 128, 4, 4),  # 127 / 51 KB -> 4
+    (128, 64, 128, 3, 4),  # 194 / 112 KB -> 2
+]
 
 
 def variants(quick: bool, k128: bool = False) -> list[dict]:
@@ -74,7 +85,7 @@ def main() -> None:
             if c0 is not None and c0["nvfp4"]["config"].get("WGMMA"):
                 cfgs.append(("shipped", gm.launch_nvfp4_gemm_wgmma, c0["nvfp4"]["config"]))
             plain = {k: v for k, v in variants(True)[0].items() if k not in ("SK", "DP", "FIX")}
-            if not k128:
+            if not (k128 or "--occ" in sys.argv):
                 cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, plain))  # the SK tile on the plain grid
                 cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma, {**plain, "STAGES": 5}))  # one block deeper
                 # one warpgroup a CTA, two CTAs an SM (105 KB of shared memory, 249 registers): independent CTAs
@@ -85,7 +96,12 @@ def main() -> None:
             def sk(x, a, b, ws2, cfg, reduce=True, counters=counters):
                 return gm.launch_nvfp4_gemm_wgmma_sk(x, a, b, ws2, cfg, counters=counters, reduce=reduce)
 
-            cfgs += [("sk", sk, c) for c in variants("--quick" in sys.argv, k128)]
+            if "--occ" in sys.argv:
+                cfgs += [("plain", gm.launch_nvfp4_gemm_wgmma,
+                          {**plain, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w})
+                         for bm, bn, bk, st, w in OCC_TILES]
+            else:
+                cfgs += [("sk", sk, c) for c in variants("--quick" in sys.argv, k128)]
             for kind, launch, cfg in cfgs:
                 rec = {"kind": kind, "config": cfg}
                 try:
@@ -108,7 +124,7 @@ def main() -> None:
                 row["variants"].append(rec)
                 tag = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} G{cfg.get('SK', '-')} DP{cfg.get('DP', '-')}"
                        f"{' FIX' if cfg.get('FIX') else ''}"
-                       if kind == "sk" else f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} S{cfg['STAGES']}")
+                       if kind == "sk" else f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} w{cfg['num_warps']}")
                 print(f"{name:22s} M={m:4d} {tag:22s} "
                       + (f"{rec['us']:8.1f} us  x{row['cublas_us'] / rec['us']:.2f} cuBLAS" if "us" in rec else "")
                       + (f"  kernel {rec['kernel_us']:7.1f} us" if "kernel_us" in rec else "")
