@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|sk128|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -76,6 +76,10 @@ fi
 if [ "$what" = sk128 ]; then  # the stream-K wgmma GEMM with BLOCK_K 128 tiles (the 8B shapes' plain winner on the
     # persistent grid) beside the shipped configs at M 256 (tools/dev/nvfp4_wgmma_sk.py --k128; ~4 minutes)
     SK_ARGS="--m 256 --k128 ${SK128_ARGS:-}" bash "$0" wgmmask
+fi
+if [ "$what" = fp8pre ]; then  # PRE on the FP8 GEMV (first weight blocks before the PDL wait) beside the shipped
+    # configs, six shapes, M 1 / 2 / 8 / 16 (tools/dev/fp8_pre.py; ~3 minutes)
+    timeout ${FP8PRE_TIMEOUT:-400} python3 -m atlas.tools.dev.fp8_pre 2>&1 | tee "$out/fp8_pre.log" | grep -a " M=\|Error" | tail -30
 fi
 if [ "$what" = staged ]; then  # the Gluon GEMV with its weights staged in shared memory before the PDL wait
     # (STAGE configs) beside the shipped configs, six shapes, M 1..16 (tools/dev/nvfp4_staged.py)

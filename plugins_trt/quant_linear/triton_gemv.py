@@ -406,6 +406,12 @@ def _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKED: tl.cons
         w = tl.load(w_rows + b * KW)
         x0 = tl.load(xj)
         x1 = tl.load(xj + 1)
+    return _fp8_fma_dot(acc, w, x0, x1)
+
+
+@triton.jit
+def _fp8_fma_dot(acc, w, x0, x1):
+    """acc[BN, BK / 4] += the four bytes of each weight word times their x pairs (x0, x1: the block's x words)."""
     acc += e4m3_byte_f32(w, 0) * bf16_pair_f32(x0, False)[None, :]
     acc += e4m3_byte_f32(w, 1) * bf16_pair_f32(x0, True)[None, :]
     acc += e4m3_byte_f32(w, 2) * bf16_pair_f32(x1, False)[None, :]
@@ -424,6 +430,13 @@ def _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKE
     else:
         w = tl.load(w_cols + b * KW)  # int32 [KW, BN]: no transpose between this load and the dots
         x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
+    return _fp8_tc_dot(acc, w, x, BLOCK_K)
+
+
+@triton.jit
+def _fp8_tc_dot(acc, w, x, BLOCK_K: tl.constexpr):
+    """acc[16, BN] += x[16, BK] @ W[BN, BK].T for one loaded block (w int32 [BK / 4, BN], x bf16 [16, BK])."""
+    KW: tl.constexpr = BLOCK_K // 4
     if _PTX:
         x = x * tl.full([1, 1], _X_TC_UP, tl.bfloat16)  # exact (a power of two), bf16 so it stays one HMUL2 a pair
     else:
@@ -441,7 +454,7 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
                     M, N, K, stride_xm, stride_wn, stride_rm, stride_om,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, TC: tl.constexpr, PIPE: tl.constexpr = 1,
-                    PDL: tl.constexpr = False):
+                    PDL: tl.constexpr = False, PRE: tl.constexpr = 0):
     """FP8 (E4M3, per-output-channel scale) W8A16 GEMV. Grid (cdiv(N, BLOCK_N), SPLIT_K, 1).
 
     x_ptr    *bf16     [M, K], row stride stride_xm
@@ -453,11 +466,15 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
     BLOCK_M  1, 2, 4, 8, 16: the M bucket (1 <= M <= BLOCK_M)
     TC       False: CUDA-core FMA path (BLOCK_M == 1, BLOCK_K >= 16); True: tensor-core path for any bucket
              (x padded to 16 rows, BLOCK_K % 64 == 0)
+    PRE      0, 1 or 2: the split's first PRE weight blocks loaded before the PDL wait (they do not depend on the
+             previous kernel), so they stream while it finishes; their dots run after the wait
     """
     tl.static_assert(BLOCK_K % 16 == 0)
     tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     tl.static_assert(TC or BLOCK_M == 1)
-    _pdl_enter(PDL)
+    tl.static_assert(PRE <= 2)
+    if PDL:
+        gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -470,8 +487,23 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
         w_cols = (w_ptr.to(tl.pointer_type(tl.uint8)) + rows[None, :] * stride_wn).to(tl.pointer_type(tl.int32)) \
             + tl.arange(0, BLOCK_K // 4)[:, None]
         x_rows = x_ptr + offs_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
+        KW: tl.constexpr = BLOCK_K // 4
+        if PRE >= 1:
+            w0 = tl.load(w_cols + b_lo * KW, mask=b_lo < b_full, other=0)
+        if PRE >= 2:
+            w1 = tl.load(w_cols + (b_lo + 1) * KW, mask=b_lo + 1 < b_full, other=0)
+        if PDL:
+            gdc_wait()
         acc = tl.zeros([MMA_M, BLOCK_N], dtype=tl.float32)
-        for b in range(b_lo, b_full):
+        if PRE >= 1:
+            if b_lo < b_full:
+                acc = _fp8_tc_dot(acc, w0, tl.load(x_rows + b_lo * BLOCK_K, mask=row_ok[:, None], other=0.0),
+                                  BLOCK_K)
+        if PRE >= 2:
+            if b_lo + 1 < b_full:
+                acc = _fp8_tc_dot(acc, w1, tl.load(x_rows + (b_lo + 1) * BLOCK_K, mask=row_ok[:, None], other=0.0),
+                                  BLOCK_K)
+        for b in range(b_lo + PRE, b_full):
             acc = _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K, False)
         if has_tail:
             acc = _fp8_tc_step(acc, w_cols, x_rows, row_ok, b_full, K, BLOCK_K, True)
@@ -482,8 +514,24 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
         w_rows = (w_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
             + tl.arange(0, BLOCK_K // 4)[None, :]
         x32 = x_ptr.to(tl.pointer_type(tl.int32))
+        KW2: tl.constexpr = BLOCK_K // 4
+        if PRE >= 1:
+            w0 = tl.load(w_rows + b_lo * KW2, mask=b_lo < b_full, other=0)
+        if PRE >= 2:
+            w1 = tl.load(w_rows + (b_lo + 1) * KW2, mask=b_lo + 1 < b_full, other=0)
+        if PDL:
+            gdc_wait()
         acc = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
-        for b in tl.range(b_lo, b_full, num_stages=PIPE):
+        xj = x32 + tl.arange(0, KW2) * 2  # as _fp8_fma_step
+        if PRE >= 1:
+            if b_lo < b_full:
+                acc = _fp8_fma_dot(acc, w0, tl.load(xj + b_lo * (BLOCK_K // 2)),
+                                   tl.load(xj + b_lo * (BLOCK_K // 2) + 1))
+        if PRE >= 2:
+            if b_lo + 1 < b_full:
+                acc = _fp8_fma_dot(acc, w1, tl.load(xj + (b_lo + 1) * (BLOCK_K // 2)),
+                                   tl.load(xj + (b_lo + 1) * (BLOCK_K // 2) + 1))
+        for b in tl.range(b_lo + PRE, b_full, num_stages=PIPE):
             acc = _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K, False)
         if has_tail:
             acc = _fp8_fma_step(acc, w_rows, x32, b_full, K, BLOCK_K, True)

@@ -235,6 +235,19 @@ def test_fp8_tc_gemv_interpreter(M, config):
 
 
 @cpu_only
+@pytest.mark.parametrize("pre", [1, 2])
+@pytest.mark.parametrize("M,config", [(1, _cfg(1, bk=16, split=2)), (1, {**_cfg(1, bk=16, split=4), "PIPE": 3}),
+                                      (1, {**_cfg(1, bk=64), "TC": True}), (3, _cfg(4, bk=64, split=2)),
+                                      (16, _cfg(16, bk=64, split=4))],
+                         ids=lambda v: f"M{v}" if isinstance(v, int) else
+                         f"BM{v['BLOCK_M']}-BK{v['BLOCK_K']}-S{v['SPLIT_K']}-P{v.get('PIPE', 1)}-TC{v.get('TC')}")
+def test_fp8_gemv_pre_interpreter(M, config, pre):
+    """PRE (the first weight blocks loaded before the PDL wait, their dots after it): K = 144 gives splits with
+    fewer full blocks than PRE (one empty at SPLIT_K 4) and a partial tail block."""
+    check_gemv("fp8", M, 72, 144, {**config, "PRE": pre}, seed=100 + M * 10 + pre)
+
+
+@cpu_only
 @pytest.mark.parametrize("bm", [1, 4])
 def test_gemv_interpreter_every_code_no_epilogue(bm):
     """All 16 E2M1 codes, subnormal block scales, no bias / residual, K a multiple of BLOCK_K (no tail)."""
