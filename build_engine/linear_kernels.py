@@ -100,12 +100,13 @@ def gemv_candidates(configs: list[dict], bucket: int, n: int, most: int, k: int 
     fit = [c for c in same if SM_COUNT <= programs(c) <= 64 * SM_COUNT] or same
     # ranked by how near their grid is to 4 programs an SM; the Gluon configs keep their listed order (measured)
     ranked = sorted(fit, key=lambda c: 0.0 if c.get("GLUON") else abs(math.log(programs(c) / (4 * SM_COUNT))))
-    # the ways a config can run: CUDA cores with plain or pipelined loads, tensor cores, Gluon with plain or
+    # the ways a config can run: CUDA cores with plain or pipelined loads, tensor cores, either with PRE (fp8), Gluon with plain or
     # register-prefetched loads; a round takes one of each CUDA-core / tensor-core way and GLUON_SHARE of each Gluon
     # way (Gluon won all 30 NVFP4 GEMV cases of tools/results/gemm.json since 2026-12-03), Gluon last in each round
     ways = {}
     for c in ranked:
-        ways.setdefault((bool(c.get("GLUON")), bool(c.get("TC")), c.get("PIPE", 1) > 1), []).append(c)
+        ways.setdefault((bool(c.get("GLUON")), bool(c.get("TC")), c.get("PIPE", 1) > 1,
+                         bool(c.get("PRE")) and not c.get("GLUON")), []).append(c)  # PRE: fp8_gemv_kernel's
     taken = {w: 0 for w in ways}
     picked = []
     while len(picked) < most and any(taken[w] < len(ways[w]) for w in ways):

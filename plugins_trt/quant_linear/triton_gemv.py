@@ -660,6 +660,12 @@ CONFIGS_fp8_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (64, 128, 4), (128
                                    (32, 256, 4, 3), (64, 256, 4, 3), (64, 128, 4, 3), (128, 256, 8, 2)], [],
                                  [(64, 128, 4, 3), (128, 128, 4, 3), (256, 128, 8, 3), (256, 64, 4, 4)])
 """Candidates for fp8_gemv_kernel (BLOCK_K 512 on the CUDA-core path costs 248 registers and an x exchange)."""
+CONFIGS_fp8_gemv += [{**c, "PRE": pre} for pre in (1, 2) for c in list(CONFIGS_fp8_gemv)
+                     if c["SPLIT_K"] > 1 and c["BLOCK_N"] <= 128 and c.get("PIPE", 1) == 1]
+"""PRE 1 / 2: the split's first weight blocks loaded before the PDL wait (gemv_candidates gives them a way of their
+own). H100, tools/results/fp8_pre_h100.json (PDL chain, the gemm.json config with and without): 8B qkv M 1 13.0 ->
+11.0 us (0.64 -> 0.76 of the copy bandwidth), M 2 13.1 -> 11.8, 8B down M 2 26.7 -> 25.2, 8B lm_head M 1 210 -> 177;
+slower on the 27B down at M >= 2 and on the gate_up shapes, so a candidate, not a default."""
 CONFIGS_splitk_reduce = [{"BLOCK_N": bn, "num_warps": w, "num_stages": 1} for bn, w in ((512, 4), (1024, 4), (2048, 8))]
 
 

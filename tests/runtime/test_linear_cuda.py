@@ -210,19 +210,23 @@ def test_cuda_linear_compiles_nothing_at_run_time(cuda_engines, tmp_path):
 
 
 def test_gemv_candidates_keep_every_way():
-    """The M = 1 bucket of fp8 is timed on CUDA-core configs with plain and pipelined loads and on tensor-core
-    configs, an equal share each; other buckets on tensor cores. nvfp4 M = 1: the two CUDA-core ways."""
+    """The M = 1 bucket of fp8 is timed on CUDA-core configs with plain and pipelined loads, on tensor-core
+    configs and on PRE configs, an equal share each; other buckets on tensor cores (with and without PRE). nvfp4
+    M = 1: the two CUDA-core ways."""
     from atlas.build_engine.linear_kernels import gemv_candidates
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
     def way(c):
         return bool(c.get("TC")), c.get("PIPE", 1) > 1
 
-    one = gemv_candidates(gemv.CONFIGS_fp8_gemv, 1, 28672, 6)
-    assert len(one) == 6 and all(c["BLOCK_M"] == 1 for c in one)
-    assert sorted(way(c) for c in one) == sorted([(False, False), (False, True), (True, False)] * 2)
+    one = gemv_candidates(gemv.CONFIGS_fp8_gemv, 1, 28672, 8)
+    assert len(one) == 8 and all(c["BLOCK_M"] == 1 for c in one)
+    plain = [way(c) for c in one if not c.get("PRE")]  # fp8's PRE configs (weights before the PDL wait): a way too
+    assert sorted(plain) == sorted([(False, False), (False, True), (True, False)] * 2)
+    assert sum(bool(c.get("PRE")) for c in one) == 2
     sixteen = gemv_candidates(gemv.CONFIGS_fp8_gemv, 16, 28672, 6)
     assert sixteen and all(c["TC"] and c["BLOCK_M"] == 16 for c in sixteen)
+    assert any(c.get("PRE") for c in sixteen) and not all(c.get("PRE") for c in sixteen)
     nv = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, 1, 28672, 6)
     assert all("TC" not in c for c in nv) and sorted(way(c) for c in nv) == [(False, False)] * 3 + [(False, True)] * 3
     # with K given, the Gluon mma.sync configs (plain and register-prefetch) are two more ways, never the first
