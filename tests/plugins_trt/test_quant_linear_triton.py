@@ -776,10 +776,11 @@ def test_gemv_gpu(fmt, M, shape):
     configs = GV.CONFIGS_nvfp4_gemv if fmt == "nvfp4" else GV.CONFIGS_fp8_gemv
     bucket = GV.gemv_bucket(M)
     same = [c for c in configs if c["BLOCK_M"] == bucket and c["SPLIT_K"] in (1, 4)]
-    ways = {}  # CUDA cores with plain or pipelined loads, tensor cores, Gluon mma.sync: two configs of every way
+    ways = {}  # CUDA cores with plain or pipelined loads, tensor cores, Gluon mma.sync, fp8's PRE: two of every way
     for c in same:
         if not (c.get("GLUON") and shape[1] % c["BLOCK_K"]):  # Gluon: K % BLOCK_K == 0 only
-            ways.setdefault((bool(c.get("TC")), c.get("PIPE", 1), bool(c.get("GLUON"))), []).append(c)
+            ways.setdefault((bool(c.get("TC")), c.get("PIPE", 1), bool(c.get("GLUON")), c.get("PRE", 0)),
+                            []).append(c)
     picks = [c for way in ways.values() for c in way[:2]]
     for i, cfg in enumerate(picks):
         check_gemv(fmt, M, *shape, cfg, seed=100 * M + i, epilogue=i % 2 == 0, qt=cached_weight(fmt, *shape))
