@@ -404,9 +404,26 @@ def _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K: tl.constexpr, MASKED: tl.cons
         x1 = tl.load(xj + 1, mask=wmask, other=0)
     else:
         w = tl.load(w_rows + b * KW)
-        x0 = tl.load(xj)
-        x1 = tl.load(xj + 1)
+        x0, x1 = _fp8_fma_x(x32, b, BLOCK_K)
     return _fp8_fma_dot(acc, w, x0, x1)
+
+
+@triton.jit
+def _fp8_fma_x(x32, b, BLOCK_K: tl.constexpr):
+    """The x words of whole block b for _fp8_fma_dot: slot i of weight word j holds elements 4j+2i, 4j+2i+1."""
+    xj = x32 + b * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 4) * 2
+    return tl.load(xj), tl.load(xj + 1)
+
+
+@triton.jit
+def _pre_words(ptrs, b_lo, b_full, KW: tl.constexpr, PRE: tl.constexpr):
+    """fp8_gemv_kernel's PRE loads: the words of the split's first one or two blocks (zeros past b_full; w1 is w0
+    at PRE 1), issued before the PDL wait."""
+    w0 = tl.load(ptrs + b_lo * KW, mask=b_lo < b_full, other=0)
+    w1 = w0
+    if PRE >= 2:
+        w1 = tl.load(ptrs + (b_lo + 1) * KW, mask=b_lo + 1 < b_full, other=0)
+    return w0, w1
 
 
 @triton.jit
@@ -429,8 +446,14 @@ def _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K: tl.constexpr, MASKE
                     other=0.0)
     else:
         w = tl.load(w_cols + b * KW)  # int32 [KW, BN]: no transpose between this load and the dots
-        x = tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
+        x = _fp8_tc_x(x_rows, row_ok, b, BLOCK_K)
     return _fp8_tc_dot(acc, w, x, BLOCK_K)
+
+
+@triton.jit
+def _fp8_tc_x(x_rows, row_ok, b, BLOCK_K: tl.constexpr):
+    """x [16, BK] of whole block b (rows past M zero)."""
+    return tl.load(x_rows + b * BLOCK_K, mask=row_ok[:, None], other=0.0)
 
 
 @triton.jit
@@ -480,6 +503,7 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.minimum(offs_n, N - 1)
     out_ptr += pid_k * M * stride_om
+    KW: tl.constexpr = BLOCK_K // 4
     if TC:
         tl.static_assert(BLOCK_K % 64 == 0)
         offs_m = tl.arange(0, MMA_M)
@@ -487,22 +511,14 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
         w_cols = (w_ptr.to(tl.pointer_type(tl.uint8)) + rows[None, :] * stride_wn).to(tl.pointer_type(tl.int32)) \
             + tl.arange(0, BLOCK_K // 4)[:, None]
         x_rows = x_ptr + offs_m[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
-        KW: tl.constexpr = BLOCK_K // 4
         if PRE >= 1:
-            w0 = tl.load(w_cols + b_lo * KW, mask=b_lo < b_full, other=0)
-        if PRE >= 2:
-            w1 = tl.load(w_cols + (b_lo + 1) * KW, mask=b_lo + 1 < b_full, other=0)
+            w0, w1 = _pre_words(w_cols, b_lo, b_full, KW, PRE)
         if PDL:
             gdc_wait()
         acc = tl.zeros([MMA_M, BLOCK_N], dtype=tl.float32)
-        if PRE >= 1:
-            if b_lo < b_full:
-                acc = _fp8_tc_dot(acc, w0, tl.load(x_rows + b_lo * BLOCK_K, mask=row_ok[:, None], other=0.0),
-                                  BLOCK_K)
-        if PRE >= 2:
-            if b_lo + 1 < b_full:
-                acc = _fp8_tc_dot(acc, w1, tl.load(x_rows + (b_lo + 1) * BLOCK_K, mask=row_ok[:, None], other=0.0),
-                                  BLOCK_K)
+        for i in tl.static_range(PRE):  # the preloaded blocks' dots, after the wait (x is the previous kernel's)
+            if b_lo + i < b_full:
+                acc = _fp8_tc_dot(acc, w1 if i else w0, _fp8_tc_x(x_rows, row_ok, b_lo + i, BLOCK_K), BLOCK_K)
         for b in range(b_lo + PRE, b_full):
             acc = _fp8_tc_step(acc, w_cols, x_rows, row_ok, b, K, BLOCK_K, False)
         if has_tail:
@@ -514,23 +530,15 @@ def fp8_gemv_kernel(x_ptr, w_ptr, ws_ptr, bias_ptr, res_ptr, out_ptr,
         w_rows = (w_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * stride_wn).to(tl.pointer_type(tl.int32)) \
             + tl.arange(0, BLOCK_K // 4)[None, :]
         x32 = x_ptr.to(tl.pointer_type(tl.int32))
-        KW2: tl.constexpr = BLOCK_K // 4
         if PRE >= 1:
-            w0 = tl.load(w_rows + b_lo * KW2, mask=b_lo < b_full, other=0)
-        if PRE >= 2:
-            w1 = tl.load(w_rows + (b_lo + 1) * KW2, mask=b_lo + 1 < b_full, other=0)
+            w0, w1 = _pre_words(w_rows, b_lo, b_full, KW, PRE)
         if PDL:
             gdc_wait()
-        acc = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
-        xj = x32 + tl.arange(0, KW2) * 2  # as _fp8_fma_step
-        if PRE >= 1:
-            if b_lo < b_full:
-                acc = _fp8_fma_dot(acc, w0, tl.load(xj + b_lo * (BLOCK_K // 2)),
-                                   tl.load(xj + b_lo * (BLOCK_K // 2) + 1))
-        if PRE >= 2:
-            if b_lo + 1 < b_full:
-                acc = _fp8_fma_dot(acc, w1, tl.load(xj + (b_lo + 1) * (BLOCK_K // 2)),
-                                   tl.load(xj + (b_lo + 1) * (BLOCK_K // 2) + 1))
+        acc = tl.zeros([BLOCK_N, KW], dtype=tl.float32)
+        for i in tl.static_range(PRE):
+            if b_lo + i < b_full:
+                x0, x1 = _fp8_fma_x(x32, b_lo + i, BLOCK_K)
+                acc = _fp8_fma_dot(acc, w1 if i else w0, x0, x1)
         for b in tl.range(b_lo + PRE, b_full, num_stages=PIPE):
             acc = _fp8_fma_step(acc, w_rows, x32, b, K, BLOCK_K, False)
         if has_tail:

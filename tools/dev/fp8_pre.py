@@ -8,7 +8,6 @@ benchmark shapes at M 1, 2, 8, 16. Every config is checked against the fp32 refe
 from __future__ import annotations
 
 import json
-import os
 
 SHAPES = {"llama-3.1-8b.qkv": (6144, 4096), "llama-3.1-8b.down": (4096, 14336),
           "qwen3.5-27b.down": (5120, 17408), "llama-3.1-8b.gate_up": (28672, 4096),
@@ -38,15 +37,11 @@ def main() -> None:
     from atlas.build_engine.quantize.quantizer import quantize
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     from atlas.plugins_trt.quant_linear.reference import dequantize
-    from atlas.tools.bench.timing import copies_for, copy_bandwidth, device_info
+    from atlas.tools.bench.timing import copies_for
     from atlas.tools.bench_gemm import to_cuda
-    from atlas.tools.dev.variants import check_and_time
+    from atlas.tools.dev.variants import labelled_row, sweep_start
 
-    out_dir = os.environ.get("OUT", "/tmp/out")
-    os.makedirs(out_dir, exist_ok=True)
-    shipped = {(c["shape"], c["M"]): c["fp8"]["config"] for c in json.load(open("tools/results/gemm.json"))["cases"]}
-    bw = copy_bandwidth()
-    res = {**device_info(), "copy_bandwidth": bw, "rows": []}
+    out_dir, shipped, bw, res = sweep_start("fp8")
     for name, (n, k) in SHAPES.items():
         g = torch.Generator(device="cuda").manual_seed(n + k)
         q = to_cuda(quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, "fp8"))
@@ -55,18 +50,10 @@ def main() -> None:
         copies = [q] + [to_cuda(q) for _ in range(copies_for(nbytes) - 1)]
         for m in (1, 2, 8, 16):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-            ref = x.float() @ ref_w.T
-            total = nbytes + m * k * 2 + m * n * 2
-            labelled = configs(shipped[(name, m)], m)
-            recs, _ = check_and_time([c for _, c in labelled],
-                                     lambda cfg, qt: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg,
-                                                                          pdl=True), ref, copies)
-            row = {"shape": name, "N": n, "K": k, "M": m, "bytes": total,
-                   "runs": [{"label": lab, **r} for (lab, _), r in zip(labelled, recs)]}
-            res["rows"].append(row)
-            print(f"{name:22s} M={m:2d} " + "  ".join(
-                f"{r['label']}: {r['us']:.1f} ({total / (r['us'] * 1e-6) / bw:.2f})" if "us" in r
-                else f"{r['label']}: failed {r.get('error', '')[:80]}" for r in row["runs"]), flush=True)
+            res["rows"].append(labelled_row(
+                name, n, k, m, nbytes + m * k * 2 + m * n * 2, configs(shipped[(name, m)], m),
+                lambda cfg, qt: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True),
+                x.float() @ ref_w.T, copies, bw))
             json.dump(res, open(f"{out_dir}/fp8_pre.json", "w"), indent=1)
         del copies, ref_w
         torch.cuda.empty_cache()

@@ -13,7 +13,6 @@ programs fit on an SM together.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from atlas.tools.dev.nvfp4_streamk import SHAPES
@@ -46,15 +45,9 @@ def main(quick: bool = False) -> None:
     import torch
 
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.tools.bench.timing import copy_bandwidth, device_info
-    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_copies
+    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_copies, sweep_start
 
-    out_dir = os.environ.get("OUT", "/tmp/out")
-    os.makedirs(out_dir, exist_ok=True)
-    shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in
-               json.load(open("tools/results/gemm.json"))["cases"]}
-    bw = copy_bandwidth()
-    res = {**device_info(), "copy_bandwidth": bw, "rows": []}
+    out_dir, shipped, bw, res = sweep_start("nvfp4")
     for name, (n, k) in SHAPES.items():
         g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
         for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):

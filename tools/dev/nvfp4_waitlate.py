@@ -13,7 +13,6 @@ whole work overlaps the kernels before it, which a real layer (x the previous la
 from __future__ import annotations
 
 import json
-import os
 
 from atlas.tools.dev.nvfp4_streamk import SHAPES
 
@@ -43,30 +42,16 @@ def main() -> None:
     import torch
 
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.tools.bench.timing import copy_bandwidth, device_info
-    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_copies
+    from atlas.tools.dev.variants import labelled_row, nvfp4_tiled_copies, sweep_start
 
-    out_dir = os.environ.get("OUT", "/tmp/out")
-    os.makedirs(out_dir, exist_ok=True)
-    shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in
-               json.load(open("tools/results/gemm.json"))["cases"]}
-    bw = copy_bandwidth()
-    res = {**device_info(), "copy_bandwidth": bw, "rows": []}
+    out_dir, shipped, bw, res = sweep_start("nvfp4")
     for name, (n, k) in SHAPES.items():
         g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
         for m in (1, 16):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-            ref = x.float() @ ref_w.T
-            total = nbytes + m * k * 2 + m * n * 2
-            labelled = configs(shipped[(name, m)], m, n, k)
-            recs, _ = check_and_time([c for _, c in labelled],
-                                     lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), ref, copies)
-            row = {"shape": name, "N": n, "K": k, "M": m, "bytes": total,
-                   "runs": [{"label": lab, **r} for (lab, _), r in zip(labelled, recs)]}
-            res["rows"].append(row)
-            print(f"{name:22s} M={m:2d} " + "  ".join(
-                f"{r['label']}: {r['us']:.1f} us ({total / (r['us'] * 1e-6) / bw:.2f})" if "us" in r
-                else f"{r['label']}: failed {r.get('error', '')[:80]}" for r in row["runs"]), flush=True)
+            res["rows"].append(labelled_row(
+                name, n, k, m, nbytes + m * k * 2 + m * n * 2, configs(shipped[(name, m)], m, n, k),
+                lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), x.float() @ ref_w.T, copies, bw))
             json.dump(res, open(f"{out_dir}/nvfp4_waitlate.json", "w"), indent=1)
         del copies, ref_w
         torch.cuda.empty_cache()

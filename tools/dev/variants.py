@@ -70,3 +70,31 @@ def check_and_time(configs: list[dict], run, ref, copies: list, bound: float = 1
 def error_summary(records: list[dict]) -> list[float]:
     """The distinct relative errors (4 decimals) of the records that ran."""
     return sorted({round(r["rel_error"], 4) for r in records if "rel_error" in r})
+
+
+def sweep_start(fmt: str) -> tuple[str, dict, float, dict]:
+    """What the GEMV sweeps beside the shipped configs start from: ($OUT, created; {(shape, M): the config
+    tools/results/gemm.json shipped for fmt}; the copy bandwidth measured now; the result dict with the device)."""
+    import json
+    import os
+
+    from atlas.tools.bench.timing import copy_bandwidth, device_info
+
+    out_dir = os.environ.get("OUT", "/tmp/out")
+    os.makedirs(out_dir, exist_ok=True)
+    shipped = {(c["shape"], c["M"]): c[fmt]["config"] for c in json.load(open("tools/results/gemm.json"))["cases"]}
+    bw = copy_bandwidth()
+    return out_dir, shipped, bw, {**device_info(), "copy_bandwidth": bw, "rows": []}
+
+
+def labelled_row(name: str, n: int, k: int, m: int, total: int, labelled: list[tuple[str, dict]], run, ref,
+                 copies: list, bw: float) -> dict:
+    """check_and_time over (label, config) pairs; the result row (each run with its label) and one printed line
+    with each run's microseconds and fraction of the copy bandwidth bw on `total` bytes."""
+    recs, _ = check_and_time([c for _, c in labelled], run, ref, copies)
+    row = {"shape": name, "N": n, "K": k, "M": m, "bytes": total,
+           "runs": [{"label": lab, **r} for (lab, _), r in zip(labelled, recs)]}
+    print(f"{name:22s} M={m:2d} " + "  ".join(
+        f"{r['label']}: {r['us']:.1f} us ({total / (r['us'] * 1e-6) / bw:.2f})" if "us" in r
+        else f"{r['label']}: failed {r.get('error', '')[:80]}" for r in row["runs"]), flush=True)
+    return row
