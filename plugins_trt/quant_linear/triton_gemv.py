@@ -671,9 +671,10 @@ CONFIGS_fp8_gemv = _gemv_configs([(32, 256, 4), (64, 256, 4), (64, 128, 4), (128
 CONFIGS_fp8_gemv += [{**c, "PRE": pre} for pre in (1, 2) for c in list(CONFIGS_fp8_gemv)
                      if c["SPLIT_K"] > 1 and c["BLOCK_N"] <= 128 and c.get("PIPE", 1) == 1]
 """PRE 1 / 2: the split's first weight blocks loaded before the PDL wait (gemv_candidates gives them a way of their
-own). H100, tools/results/fp8_pre_h100.json (PDL chain, the gemm.json config with and without): 8B qkv M 1 13.0 ->
-11.0 us (0.64 -> 0.76 of the copy bandwidth), M 2 13.1 -> 11.8, 8B down M 2 26.7 -> 25.2, 8B lm_head M 1 210 -> 177;
-slower on the 27B down at M >= 2 and on the gate_up shapes, so a candidate, not a default."""
+own). H100, tools/results/fp8_pre_h100.json (PDL chain, the gemm.json config with and without, PRE 2): 8B qkv M 1
+12.2 -> 11.4 us (0.69 -> 0.74 of the copy bandwidth), M 2 13.0 -> 11.7, 8B down M 2 26.9 -> 25.5, 8B lm_head M 1
+212 -> 180; slower on the 27B down at M >= 2 (37.7 -> 44.3) and on the gate_up shapes at M >= 2, so a candidate,
+not a default."""
 CONFIGS_splitk_reduce = [{"BLOCK_N": bn, "num_warps": w, "num_stages": 1} for bn, w in ((512, 4), (1024, 4), (2048, 8))]
 
 
