@@ -67,6 +67,8 @@ def main() -> None:
     shipped = {(c["shape"], c["M"]): c for c in json.load(open("tools/results/gemm.json"))["cases"]}
     k128 = "--k128" in sys.argv
     only = sys.argv[sys.argv.index("--shapes") + 1].split(",") if "--shapes" in sys.argv else list(SHAPES)
+    if set(only) - set(SHAPES):
+        raise SystemExit(f"--shapes: unknown {sorted(set(only) - set(SHAPES))}; known: {', '.join(SHAPES)}")
     res = {"device": torch.cuda.get_device_name(), "rows": []}
     for name, (n, k) in SHAPES.items():
         if name not in only:
