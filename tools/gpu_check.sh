@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -72,6 +72,15 @@ fi
 if [ "$what" = wgmmask ]; then  # the persistent stream-K wgmma GEMM (SK configs) beside the shipped config and
     # cuBLAS at M 256 / 64 (tools/dev/nvfp4_wgmma_sk.py)
     timeout ${SK_TIMEOUT:-480} python3 -m atlas.tools.dev.nvfp4_wgmma_sk ${SK_ARGS:-} 2>&1 | tee "$out/nvfp4_wgmma_sk.log" | grep -a " M=\|Error" | tail -120
+fi
+if [ "$what" = ws ]; then  # the warp-specialized NVFP4 wgmma GEMM (tools/dev/nvfp4_wgmma_ws.py): small shapes
+    # against the reference first (a hang or a wrong result stops here), then M 256 beside the shipped config
+    timeout ${WS_CHECK_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check 2>&1 \
+        | tee "$out/nvfp4_wgmma_ws_check.log" | tail -40
+    if [ "${PIPESTATUS[0]}" = 0 ]; then
+        timeout ${WS_TIMEOUT:-360} python3 -m atlas.tools.dev.nvfp4_wgmma_ws ${WS_ARGS:-} 2>&1 \
+            | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -80
+    fi
 fi
 if [ "$what" = sk128 ]; then  # the stream-K wgmma GEMM with BLOCK_K 128 tiles (the 8B shapes' plain winner on the
     # persistent grid) beside the shipped configs at M 256 (tools/dev/nvfp4_wgmma_sk.py --k128; ~4 minutes)

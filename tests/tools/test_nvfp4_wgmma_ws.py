@@ -1,0 +1,41 @@
+"""The warp-specialized NVFP4 wgmma GEMM (tools/dev/nvfp4_wgmma_ws.py) cannot run in Triton's interpreter; its GPU check
+is the tool's --check. What the CPU checks: every config compiles for sm_90 without spills, and the PTX does what the
+barrier counts assume (the `ready` count 32 DW + 1 is every decoder thread's cp.async arrival plus one arrival after
+the weight stores; each plain arrive is one thread's, after a barrier over its whole partition)."""
+
+import json
+import re
+
+import pytest
+from sm90 import run_compiled
+
+pytest.importorskip("triton.experimental.gluon")
+
+
+def test_ws_gemm_compiles_without_spills():
+    from atlas.tools.dev.nvfp4_wgmma_ws import configs
+
+    out = run_compiled("from atlas.tools.dev.nvfp4_wgmma_ws import sass_report; sass_report()")
+    lines = [line for line in out.splitlines() if "BLOCK_M" in line]
+    assert len(lines) == len(configs()), out
+    for line in lines:
+        assert "STACK:0" in line and "LOCAL:0" in line, line
+
+
+@pytest.mark.parametrize("index", [0, 1])  # two consumer warpgroups (BLOCK_N 128) and one (BLOCK_N 64)
+def test_ws_gemm_barrier_counts_match_the_ptx(index):
+    from atlas.tools.dev.nvfp4_wgmma_ws import configs
+
+    cfg = configs()[index]
+    facts = json.loads(run_compiled(
+        f"import json; from atlas.tools.dev.nvfp4_wgmma_ws import configs, sync_facts; "
+        f"print(json.dumps(sync_facts(configs()[{index}])))").strip().splitlines()[-1])
+    dw = cfg.get("DW", 4)
+    assert facts["init_counts"] == [1, 32 * dw + 1], facts
+    assert len(facts["noinc"]) == 1 and not facts["noinc"][0].startswith("@"), facts  # every decoder thread
+    consumers, decoder = 32 * cfg["num_warps"], 32 * dw
+    assert len(facts["arrives"]) == 2, facts
+    for arrive in facts["arrives"]:
+        assert arrive["predicated"], facts
+    counts = sorted(int(re.search(r"(\d+);", a["bar_before"]).group(1)) for a in facts["arrives"])
+    assert counts == sorted([consumers, decoder]), facts
