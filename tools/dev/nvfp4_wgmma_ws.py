@@ -173,11 +173,14 @@ def launch(x, weight, weight_scale, weight_scale_2, config: dict, bias=None, res
 
 
 def configs() -> list[dict]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, consumer warps, SPLIT_K) variants, tiled + BITS."""
-    plan = [(128, 128, 64, 4, 8, 1), (256, 64, 64, 3, 4, 1), (128, 64, 64, 4, 4, 1), (128, 128, 64, 3, 8, 1),
-            (256, 128, 64, 3, 8, 1), (128, 128, 64, 4, 8, 2), (128, 64, 128, 3, 4, 1)]
+    """(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, consumer warps, SPLIT_K, decoder warps) variants, tiled + BITS. With 8
+    decoder warps (16 in all) the kernel is capped at 128 registers a thread (maxnreg), the decoder given 96."""
+    plan = [(128, 128, 64, 4, 8, 1, 4), (256, 64, 64, 3, 4, 1, 4), (128, 64, 64, 4, 4, 1, 4),
+            (128, 128, 64, 3, 8, 1, 4), (256, 128, 64, 3, 8, 1, 4), (128, 128, 64, 4, 8, 2, 4),
+            (128, 64, 128, 3, 4, 1, 4), (128, 128, 64, 4, 8, 1, 8)]
     return [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "SPLIT_K": sp,
-             "TILED": True, "BITS": True} for bm, bn, bk, st, w, sp in plan]
+             "TILED": True, "BITS": True, "DW": dw, **({"DREGS": 96, "maxnreg": 128} if dw == 8 else {})}
+            for bm, bn, bk, st, w, sp, dw in plan]
 
 
 def compile_sm90(config: dict):
