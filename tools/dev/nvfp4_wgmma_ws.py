@@ -39,10 +39,30 @@ from atlas.plugins_trt.quant_linear import gluon_gemv as gg
 
 
 @gluon.jit
+def _natural(wd, sc, BN: gl.constexpr, BK: gl.constexpr, BITS: gl.constexpr):
+    """One block's decoded weights [BN, BK] (bf16) in natural k order: word j's pair i is k = 8j + 2i, 8j + 2i + 1
+    (the layout is the words' own, each thread's words whole; the shared-memory ring takes any layout)."""
+    if BITS:
+        p0 = gg._pair(wd, sc, gg.Q0)
+        p1 = gg._pair(wd, sc, gg.Q1)
+        p2 = gg._pair(wd, sc, gg.Q2)
+        p3 = gg._pair(wd, sc, gg.Q3)
+    else:
+        p0 = gg._pair(wd, sc, gg.P0)
+        p1 = gg._pair(wd, sc, gg.P1)
+        p2 = gg._pair(wd, sc, gg.P2)
+        p3 = gg._pair(wd, sc, gg.P3)
+    t = gl.reshape(gl.join(gl.join(p0, p2), gl.join(p1, p3)), [BN, BK // 2])  # [n, j, c, b] = pair 2c + b of word j
+    u = gl.inline_asm_elementwise(gg.UNPACK, "=r,r,r", [gl.join(t, t)], dtype=gl.bfloat16, is_pure=True, pack=2)
+    return gl.reshape(u, [BN, BK])
+
+
+@gluon.jit
 def _decoder(w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m,
              b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, DW: gl.constexpr,
-             TILED: gl.constexpr, BITS: gl.constexpr):
-    """Fill slot (kb - b_lo) % S with block kb's decoded weights and x, for kb in [b_lo, b_hi)."""
+             TILED: gl.constexpr, BITS: gl.constexpr, NAT: gl.constexpr):
+    """Fill slot (kb - b_lo) % S with block kb's decoded weights and x, for kb in [b_lo, b_hi) (NAT: natural k
+    order, x as given; else gluon_gemv's order, x permuted to match)."""
     KW: gl.constexpr = BK // 8
     RP: gl.constexpr = BK // 32
     a_parent: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[DW, 1],
@@ -73,7 +93,10 @@ def _decoder(w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, s
         mbarrier.wait(empty.index(slot), ((it // S) & 1) ^ 1)  # the consumers are done with the slot's last block
         async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + kb * BK)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-        a = gg._a_operand(wd0, gg._scales(sr0, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
+        if NAT:
+            a = _natural(wd0, gg._scales(sr0, BN, KW, wL), BN, BK, BITS)
+        else:
+            a = gg._a_operand(wd0, gg._scales(sr0, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
         wd0 = wd1
         sr0 = sr1
         nxt = gl.minimum(kb + 2, b_hi - 1)
@@ -108,10 +131,10 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, TILED: gl.constexpr = False,
                          SPLIT_K: gl.constexpr = 1, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
-                         DREGS: gl.constexpr = 128):
-    """out[M, N] = x @ W^T as gluon_gemm.nvfp4_gemm_wgmma_kernel (same arguments, grid, x k-permuted, SPLIT_K
-    partials), warp-specialized (module docstring): num_warps consumer warps (BLOCK_N / 16 of them at most; 4 or
-    8), DW decoder warps with DREGS registers."""
+                         DREGS: gl.constexpr = 128, NAT: gl.constexpr = False):
+    """out[M, N] = x @ W^T as gluon_gemm.nvfp4_gemm_wgmma_kernel (same arguments, grid, SPLIT_K partials; x
+    k-permuted unless NAT), warp-specialized (module docstring): num_warps consumer warps (4 or 8), DW decoder
+    warps with DREGS registers."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     pid, pk = gl.program_id(0), gl.program_id(1)
@@ -130,7 +153,8 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     acc, = gl.warp_specialize([
         (_consumer, (w_s, x_s, ready, empty, b_lo, b_lo + per, BLOCK_M, BLOCK_N, STAGES, NW)),
         (_decoder, (w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
-                    pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, BITS)),
+                    pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, BITS,
+                    NAT)),
     ], [DW], [DREGS])
     oL: gl.constexpr = gm.out_layout(BLOCK_N, NW)
     gg._store_out(gl.convert_layout(acc, oL),
@@ -144,7 +168,8 @@ def constexprs(config: dict, has_bias: bool = False, has_residual: bool = False)
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias and split == 1,
             "HAS_RESIDUAL": has_residual and split == 1, "TILED": bool(config.get("TILED")), "SPLIT_K": split,
-            "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128)}
+            "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128),
+            "NAT": bool(config.get("NAT"))}
 
 
 def launch(x, weight, weight_scale, weight_scale_2, config: dict, bias=None, residual=None, out=None, x_perm=None):
@@ -156,7 +181,7 @@ def launch(x, weight, weight_scale, weight_scale_2, config: dict, bias=None, res
     split = config.get("SPLIT_K", 1)
     if K % (config["BLOCK_K"] * split):
         raise ValueError(f"K {K} is not a multiple of BLOCK_K x SPLIT_K ({config})")
-    xp = gm.permute_k(x, config["BLOCK_K"], x_perm)
+    xp = x.contiguous() if config.get("NAT") else gm.permute_k(x, config["BLOCK_K"], x_perm)
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
     res = residual if residual is not None else out
@@ -173,14 +198,16 @@ def launch(x, weight, weight_scale, weight_scale_2, config: dict, bias=None, res
 
 
 def configs() -> list[dict]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, consumer warps, SPLIT_K, decoder warps) variants, tiled + BITS. With 8
-    decoder warps (16 in all) the kernel is capped at 128 registers a thread (maxnreg), the decoder given 96."""
+    """(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, consumer warps, SPLIT_K, decoder warps) variants, tiled + BITS, then three
+    of them in natural k order (NAT). With 8 decoder warps (16 in all) the kernel is capped at 128 registers a
+    thread (maxnreg), the decoder given 96."""
     plan = [(128, 128, 64, 4, 8, 1, 4), (256, 64, 64, 3, 4, 1, 4), (128, 64, 64, 4, 4, 1, 4),
             (128, 128, 64, 3, 8, 1, 4), (256, 128, 64, 3, 8, 1, 4), (128, 128, 64, 4, 8, 2, 4),
             (128, 64, 128, 3, 4, 1, 4), (128, 128, 64, 4, 8, 1, 8)]
-    return [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "SPLIT_K": sp,
-             "TILED": True, "BITS": True, "DW": dw, **({"DREGS": 96, "maxnreg": 128} if dw == 8 else {})}
-            for bm, bn, bk, st, w, sp, dw in plan]
+    out = [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "SPLIT_K": sp,
+            "TILED": True, "BITS": True, "DW": dw, **({"DREGS": 96, "maxnreg": 128} if dw == 8 else {})}
+           for bm, bn, bk, st, w, sp, dw in plan]
+    return out + [{**out[i], "NAT": True} for i in (0, 1, 4)]  # natural k order: no permute_k launch
 
 
 def compile_sm90(config: dict):
