@@ -22,7 +22,7 @@ def test_ws_gemm_compiles_without_spills():
         assert "STACK:0" in line and "LOCAL:0" in line, line
 
 
-@pytest.mark.parametrize("index", [0, 1, 7])  # two consumer warpgroups, one, and two decoder warpgroups
+@pytest.mark.parametrize("index", [0, 1, 7, 8])  # two consumer warpgroups, one, and two decoder warpgroups
 def test_ws_gemm_barrier_counts_match_the_ptx(index):
     from atlas.tools.dev.nvfp4_wgmma_ws import configs
 

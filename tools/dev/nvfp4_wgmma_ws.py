@@ -190,7 +190,7 @@ def launch(x, weight, weight_scale, weight_scale_2, config: dict, bias=None, res
         xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, dst, M, N, K,
         xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), N if split > 1 else out.stride(0),
         **constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
-        maxnreg=config.get("maxnreg"))
+        maxnreg=config.get("MAXNREG"))
     if split > 1:
         from atlas.plugins_trt.quant_linear.triton_gemv import CONFIGS_splitk_reduce, launch_splitk_reduce
         launch_splitk_reduce(dst, out, CONFIGS_splitk_reduce[0], bias, residual)
@@ -198,15 +198,17 @@ def launch(x, weight, weight_scale, weight_scale_2, config: dict, bias=None, res
 
 
 def configs() -> list[dict]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, consumer warps, SPLIT_K, decoder warps) variants, tiled + BITS, then three
-    of them in natural k order (NAT). With 8 decoder warps (16 in all) the kernel is capped at 128 registers a
-    thread (maxnreg), the decoder given 96."""
-    plan = [(128, 128, 64, 4, 8, 1, 4), (256, 64, 64, 3, 4, 1, 4), (128, 64, 64, 4, 4, 1, 4),
-            (128, 128, 64, 3, 8, 1, 4), (256, 128, 64, 3, 8, 1, 4), (128, 128, 64, 4, 8, 2, 4),
-            (128, 64, 128, 3, 4, 1, 4), (128, 128, 64, 4, 8, 1, 8)]
+    """(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, consumer warps, SPLIT_K, decoder warps, register split) variants, tiled +
+    BITS, then three of them in natural k order (NAT). A register split (DREGS for the decoder, MAXNREG for the
+    kernel) caps the registers: with 8 decoder warps (16 in all), or to fit two CTAs an SM."""
+    two = {"DREGS": 96, "MAXNREG": 128}
+    plan = [(128, 128, 64, 4, 8, 1, 4, {}), (256, 64, 64, 3, 4, 1, 4, {}), (128, 64, 64, 4, 4, 1, 4, {}),
+            (128, 128, 64, 3, 8, 1, 4, {}), (256, 128, 64, 3, 8, 1, 4, {}), (128, 128, 64, 4, 8, 2, 4, {}),
+            (128, 64, 128, 3, 4, 1, 4, {}), (128, 128, 64, 4, 8, 1, 8, two),
+            (64, 128, 64, 4, 8, 1, 4, {"DREGS": 96, "MAXNREG": 80}),  # two CTAs an SM (80 registers, 99 KB)
+            (128, 64, 64, 4, 4, 1, 4, two)]  # two CTAs an SM (128 registers, 99 KB)
     out = [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "SPLIT_K": sp,
-            "TILED": True, "BITS": True, "DW": dw, **({"DREGS": 96, "maxnreg": 128} if dw == 8 else {})}
-           for bm, bn, bk, st, w, sp, dw in plan]
+            "TILED": True, "BITS": True, "DW": dw, **regs} for bm, bn, bk, st, w, sp, dw, regs in plan]
     return out + [{**out[i], "NAT": True} for i in (0, 1, 4)]  # natural k order: no permute_k launch
 
 
@@ -225,8 +227,8 @@ def compile_sm90(config: dict):
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if sig[n].startswith("*") or n in aligned}
     opts = {"num_warps": config["num_warps"]}
-    if config.get("maxnreg"):
-        opts["maxnreg"] = config["maxnreg"]
+    if config.get("MAXNREG"):
+        opts["maxnreg"] = config["MAXNREG"]
     return triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options=opts)
 
