@@ -1,0 +1,223 @@
+"""NVFP4 GEMM for M >= 64 in Gluon, warp-specialized: one partition decodes, the other multiplies.
+
+gluon_gemm.nvfp4_gemm_wgmma_kernel decodes each weight block in the warps that issue the wgmma (register A operand)
+and syncs the whole CTA once a block; Nsight Compute put its tensor pipe at about half of peak on the SMs it uses
+(NOTES.md, 2026-12-05 fourth session). Here the two jobs run in separate warps that sync only through mbarriers:
+
+* the decoder (a worker partition of DW warps) loads the packed words and scales two blocks ahead in registers,
+  decodes a block (NAT: in natural k order, 16-byte shared stores; otherwise gluon_gemv._a_operand's order, stored by
+  stmatrix, x permuted to match by permute_k), stores the bf16 block into an S-slot ring in shared memory (NVMMA
+  128-byte swizzle, the wgmma's A operand), and copies x's block into the same slot with cp.async, whose completion
+  the slot's `ready` barrier tracks (cp.async.mbarrier.arrive.noinc: every decoder thread arrives once its copies
+  have landed; after the weight stores Triton syncs the partition (bar.sync 2, 32 DW) and thread 0 arrives once
+  more, so the barrier counts 32 DW + 1);
+* the consumers (the default partition, one or two warpgroups on 64-row parts of the tile) wait for a slot, issue
+  the shared-memory wgmma (SS: acc [BN, BM] += W [BN, BK] @ x^T [BK, BM]) and, once the wgmma of the slot before
+  has completed, release that slot (`empty`, count 1: Triton syncs the partition first, then thread 0 arrives, so
+  every warpgroup is past its wgmma wait).
+
+The epilogue is the shipped kernel's (gluon_gemv._store_out). tests/tools/test_nvfp4_wgmma_ws.py checks the PTX for
+the barrier structure the counts rely on; `python -m atlas.tools.dev.nvfp4_wgmma_ws` checks and times it on the GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+from atlas.plugins_trt.quant_linear import gluon_gemv as gg
+
+
+@gluon.jit
+def _natural(wd, sc, BN: gl.constexpr, BK: gl.constexpr, BITS: gl.constexpr):
+    """One block's decoded weights [BN, BK] (bf16) in natural k order: word j's pair i is k = 8j + 2i, 8j + 2i + 1
+    (the layout is the words' own, each thread's words whole; the shared-memory ring takes any layout)."""
+    if BITS:
+        p0 = gg._pair(wd, sc, gg.Q0)
+        p1 = gg._pair(wd, sc, gg.Q1)
+        p2 = gg._pair(wd, sc, gg.Q2)
+        p3 = gg._pair(wd, sc, gg.Q3)
+    else:
+        p0 = gg._pair(wd, sc, gg.P0)
+        p1 = gg._pair(wd, sc, gg.P1)
+        p2 = gg._pair(wd, sc, gg.P2)
+        p3 = gg._pair(wd, sc, gg.P3)
+    t = gl.reshape(gl.join(gl.join(p0, p2), gl.join(p1, p3)), [BN, BK // 2])  # [n, j, c, b] = pair 2c + b of word j
+    u = gl.inline_asm_elementwise(gg.UNPACK, "=r,r,r", [gl.join(t, t)], dtype=gl.bfloat16, is_pure=True, pack=2)
+    return gl.reshape(u, [BN, BK])
+
+
+@gluon.jit
+def _decoder(w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m,
+             b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, DW: gl.constexpr,
+             TILED: gl.constexpr, BITS: gl.constexpr, NAT: gl.constexpr):
+    """Fill slot (kb - b_lo) % S with block kb's decoded weights and x, for kb in [b_lo, b_hi) (NAT: natural k
+    order, x as given; else gluon_gemv's order, x permuted to match)."""
+    KW: gl.constexpr = BK // 8
+    RP: gl.constexpr = BK // 32
+    a_parent: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[DW, 1],
+                                                       instr_shape=[16, 64, 16])
+    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_parent, k_width=2)
+    wL: gl.constexpr = gg.words_layout(BN, KW, DW, False)
+    sL: gl.constexpr = gg.words_layout(BN, KW, DW, True)
+    pL: gl.constexpr = gg.pairs_layout(BN, BK, DW)
+    xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [DW, 1], [1, 0])  # 16-byte copies
+
+    rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
+    srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
+    w_rows, s_rows = gg._row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+                                  gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK,
+                                  TILED)
+    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
+    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
+        + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+
+    wd0 = gl.load(w_rows + gm._woff(b_lo, BK, TILED))
+    sr0 = gl.load(s_rows + gm._soff(b_lo, BK, TILED))
+    nxt = gl.minimum(b_lo + 1, b_hi - 1)
+    wd1 = gl.load(w_rows + gm._woff(nxt, BK, TILED))
+    sr1 = gl.load(s_rows + gm._soff(nxt, BK, TILED))
+    for kb in range(b_lo, b_hi):
+        it = kb - b_lo
+        slot = it % S
+        mbarrier.wait(empty.index(slot), ((it // S) & 1) ^ 1)  # the consumers are done with the slot's last block
+        async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + kb * BK)
+        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+        if NAT:
+            a = _natural(wd0, gg._scales(sr0, BN, KW, wL), BN, BK, BITS)
+        else:
+            a = gg._a_operand(wd0, gg._scales(sr0, BN, KW, wL), BN, BK, RP, pL, aL, BITS)
+        wd0 = wd1
+        sr0 = sr1
+        nxt = gl.minimum(kb + 2, b_hi - 1)
+        wd1 = gl.load(w_rows + gm._woff(nxt, BK, TILED))
+        sr1 = gl.load(s_rows + gm._soff(nxt, BK, TILED))
+        w_s.index(slot).store(a)
+        fence_async_shared()
+        mbarrier.arrive(ready.index(slot))
+
+
+@gluon.jit
+def _consumer(w_s, x_s, ready, empty, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, S: gl.constexpr,
+              NW: gl.constexpr):
+    """acc [BN, BM] fp32 over blocks [b_lo, b_hi) from the ring."""
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
+    acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
+    for kb in range(b_lo, b_hi):
+        it = kb - b_lo
+        slot = it % S
+        mbarrier.wait(ready.index(slot), (it // S) & 1)
+        fence_async_shared()  # the cp.async writes of x (generic proxy) before the wgmma reads them (async proxy)
+        acc = warpgroup_mma(w_s.index(slot), x_s.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        mbarrier.arrive(empty.index((it + S - 1) % S), pred=it > 0)  # the block before has completed
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    return (acc, )  # warp_specialize's default results are a tuple
+
+
+@gluon.jit
+def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                         M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+                         HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, TILED: gl.constexpr = False,
+                         SPLIT_K: gl.constexpr = 1, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
+                         DREGS: gl.constexpr = 128, NAT: gl.constexpr = False):
+    """out[M, N] = x @ W^T (+ bias) (+ residual) with the arguments, grid and SPLIT_K partials of
+    gluon_gemm.nvfp4_gemm_wgmma_kernel (x k-permuted by permute_k unless NAT), warp-specialized (module docstring):
+    num_warps consumer warps (4 or 8: BLOCK_N / 64 warpgroups), DW decoder warps with DREGS registers each.
+    K % (BLOCK_K SPLIT_K) == 0; TILED: N % 128 == K % 128 == 0."""
+    NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
+    pid, pk = gl.program_id(0), gl.program_id(1)
+    n_m = gl.cdiv(M, BLOCK_M)
+    per = K // BLOCK_K // SPLIT_K
+    b_lo = pk * per
+    w_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K],
+                                    gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K],
+                                    gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=32 * DW + 1)
+        mbarrier.init(empty.index(i), count=1)
+    acc, = gl.warp_specialize([
+        (_consumer, (w_s, x_s, ready, empty, b_lo, b_lo + per, BLOCK_M, BLOCK_N, STAGES, NW)),
+        (_decoder, (w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
+                    pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, BITS,
+                    NAT)),
+    ], [DW], [DREGS])
+    oL: gl.constexpr = gm.out_layout(BLOCK_N, NW)
+    gg._store_out(gl.convert_layout(acc, oL),
+                  (pid // n_m) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, oL)),
+                  (pid % n_m) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr,
+                  bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
+def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = False) -> dict:
+    """nvfp4_gemm_ws_kernel's constexprs for a "WS" config (bias and residual only without SPLIT_K)."""
+    split = config.get("SPLIT_K", 1)
+    return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+            "STAGES": config["STAGES"], "HAS_BIAS": has_bias and split == 1,
+            "HAS_RESIDUAL": has_residual and split == 1, "TILED": bool(config.get("TILED")), "SPLIT_K": split,
+            "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128),
+            "NAT": bool(config.get("NAT"))}
+
+
+def supports(config: dict, K: int) -> bool:
+    """Whether a WS config can serve K: whole blocks in each of SPLIT_K equal ranges."""
+    return K % (config["BLOCK_K"] * config.get("SPLIT_K", 1)) == 0
+
+
+def x_operand(x: torch.Tensor, config: dict, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The activation as a WS config's kernel reads it: as given (NAT) or in the decode's k order (permute_k)."""
+    return x.contiguous() if config.get("NAT") else gm.permute_k(x, config["BLOCK_K"], out)
+
+
+def signature_nvfp4_gemm_ws(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
+    """AotSignature of nvfp4_gemm_ws_kernel for a contiguous [N, K] weight: gluon_gemm.signature_nvfp4_gemm_wgmma's
+    parameters and grid (x_ptr: x_operand's output; out_ptr fp32 partials with SPLIT_K > 1)."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
+
+    out = "*fp32" if config.get("SPLIT_K", 1) > 1 else "*bf16"
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
+             "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    return aot_signature(nvfp4_gemm_ws_kernel, types, ints, ws_constexprs(config, has_bias, has_residual), config,
+                         gm.WGMMA_GRID)
+
+
+def launch_nvfp4_gemm_ws(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                         weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
+                         residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                         x_perm: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W.T (+ bias) (+ residual), bf16 [M, N] through nvfp4_gemm_ws_kernel; config: BLOCK_M, BLOCK_N,
+    BLOCK_K, STAGES, num_warps, num_stages (1), DW, optional DREGS + MAXNREG, NAT, TILED, BITS, SPLIT_K (fp32
+    partials, then triton_gemv's split-K reduction). x_perm: a preallocated [M, K] buffer for permute_k."""
+    M, K = x.shape
+    N = weight.shape[0]
+    if not supports(config, K):
+        raise ValueError(f"the warp-specialized GEMM needs K % (BLOCK_K SPLIT_K) == 0, got K = {K}, config {config}")
+    xp = x_operand(x, config, x_perm)
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    if M == 0:
+        return out
+    res = residual if residual is not None else out
+    split = config.get("SPLIT_K", 1)
+    dst = out if split == 1 else torch.empty(split, M, N, dtype=torch.float32, device=x.device)
+    nvfp4_gemm_ws_kernel[gm.grid_wgmma(config, M, N)](
+        xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, dst, M, N, K,
+        xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), N if split > 1 else out.stride(0),
+        **ws_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
+        num_stages=config["num_stages"], maxnreg=config.get("MAXNREG"))
+    if split > 1:
+        from atlas.plugins_trt.quant_linear.triton_gemv import CONFIGS_splitk_reduce, launch_splitk_reduce
+        launch_splitk_reduce(dst, out, CONFIGS_splitk_reduce[0], bias, residual)
+    return out
