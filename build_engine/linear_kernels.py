@@ -70,8 +70,8 @@ def is_tiled(fmt: str, n: int, k: int) -> bool:
 def reads_bits(config: dict) -> bool:
     """Whether an NVFP4 config's kernel can read the tiled order with each word's bits in layout.NVFP4_BITS order:
     the Gluon GEMVs (blocks of whole tile rows, registers: PIPE <= 2, no XSMEM), the stream-K GEMV, the wgmma GEMM
-    and the packed dequantization; not the Triton GEMV / GEMM tiles (their decode reads ModelOpt's nibbles)."""
-    if config.get("WGMMA") or config.get("STREAMK"):
+    (and its warp-specialized form) and the packed dequantization; not the Triton GEMV / GEMM tiles (their decode reads ModelOpt's nibbles)."""
+    if config.get("WGMMA") or config.get("STREAMK") or config.get("WS"):
         return True
     if config.get("DEQUANT"):
         return bool(config.get("PACK"))
@@ -249,6 +249,10 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
                 from atlas.plugins_trt.quant_linear import gluon_gemm
                 item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",
+                                     gluon_gemm.grid_wgmma(cfg, bucket, n))
+            elif cfg.get("WS"):  # x as given (NAT) or permuted (gluon_ws.x_operand), then the kernel
+                from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
+                item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_ws(cfg, n, k), f"nvfp4_ws.{n}x{k}.{tag}",
                                      gluon_gemm.grid_wgmma(cfg, bucket, n))
             elif cfg.get("DEQUANT"):  # nvfp4 rows -> bf16 workspace, then cuBLAS (gemm.nvfp4_dequant_linear)
                 rows = min(gemm.dequant_rows(cfg, k), n)

@@ -142,6 +142,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
             label = kind if isinstance(kind, str) else kind[fmt == "fp8"]
             label = "dequant + cuBLAS" if cfg.get("DEQUANT") else "wgmma (Gluon)" if cfg.get("WGMMA") else label
             label = "wgmma stream-K (Gluon)" if cfg.get("SK") else label
+            label = "wgmma warp-specialized (Gluon)" if cfg.get("WS") else label
             row[fmt] = {"kernel": label, "config": cfg,
                         "seconds": t, "bytes": b, "bw_fraction": b / t / bandwidth,
                         "speedup_vs_cublas": t_cublas / t, "tflops": 2 * m * n * k / t / 1e12,

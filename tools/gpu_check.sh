@@ -73,13 +73,17 @@ if [ "$what" = wgmmask ]; then  # the persistent stream-K wgmma GEMM (SK configs
     # cuBLAS at M 256 / 64 (tools/dev/nvfp4_wgmma_sk.py)
     timeout ${SK_TIMEOUT:-480} python3 -m atlas.tools.dev.nvfp4_wgmma_sk ${SK_ARGS:-} 2>&1 | tee "$out/nvfp4_wgmma_sk.log" | grep -a " M=\|Error" | tail -120
 fi
-if [ "$what" = ws ]; then  # the warp-specialized NVFP4 wgmma GEMM (tools/dev/nvfp4_wgmma_ws.py): small shapes
-    # against the reference first (a hang or a wrong result stops here), then M 256 beside the shipped config
+if [ "$what" = ws ]; then  # the warp-specialized NVFP4 GEMM (gluon_ws; tools/dev/nvfp4_wgmma_ws.py): small shapes
+    # against the reference first (a hang or a wrong result stops here), then M 256 beside the shipped config, then
+    # its GPU tests (the JIT launches of every WS candidate, and WS engines through CudaLinear)
     timeout ${WS_CHECK_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check 2>&1 \
         | tee "$out/nvfp4_wgmma_ws_check.log" | tail -40
     if [ "${PIPESTATUS[0]}" = 0 ]; then
-        timeout ${WS_TIMEOUT:-360} python3 -m atlas.tools.dev.nvfp4_wgmma_ws ${WS_ARGS:-} 2>&1 \
-            | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -80
+        timeout ${WS_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_wgmma_ws ${WS_ARGS:-} 2>&1 \
+            | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -90
+        timeout ${WS_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider \
+            tests/runtime/test_linear_tiled.py tests/plugins_trt/test_quant_linear_triton.py \
+            -k "ws_engine or (test_gemm_gpu and nvfp4)" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -15
     fi
 fi
 if [ "$what" = sk128 ]; then  # the stream-K wgmma GEMM with BLOCK_K 128 tiles (the 8B shapes' plain winner on the

@@ -305,9 +305,18 @@ kernel, was 2-14% slower on five shapes and 2% faster on the 8B lm_head). H100
 us, 27B down 128.4 -> 112.3; level or slower on the 8B shapes, so it is one more candidate for the tuner. Engine path
 (AOT kernels through CudaLinear, both reduction forms): tests/runtime/test_linear_tiled.py -k "wgmma_streamk or
 sk_engine", 10 passed on that H100 (tools/results/pytest_sk_gpu_h100.log)."""
-CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk
+CONFIGS_nvfp4_ws = [
+    {"WS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "STAGES": st, "num_warps": w, "num_stages": 1, "DW": 4,
+     "SPLIT_K": sk, **({"NAT": True} if nat else {})}
+    for bm, bn, st, w, sk, nat in [(128, 128, 4, 8, 1, True), (256, 64, 3, 4, 1, True), (256, 128, 3, 8, 1, True),
+                                   (128, 128, 4, 8, 2, False)]
+]
+"""nvfp4 at M >= 64 through gluon_ws.nvfp4_gemm_ws_kernel (warp-specialized: a decoder partition fills a shared-memory
+ring with decoded weights and x, the consumer warpgroups issue the shared-memory wgmma; K % (BLOCK_K SPLIT_K) == 0).
+NAT: the weights decoded in natural k order, x as given (no permute_k gather)."""
+CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk + CONFIGS_nvfp4_ws
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
-wgmma kernel ("WGMMA") and its persistent stream-K form ("SK")."""
+wgmma kernel ("WGMMA"), its persistent stream-K form ("SK") and its warp-specialized form ("WS")."""
 CONFIGS_fp8_gemm = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [
@@ -327,12 +336,14 @@ CONFIGS_quantize_rows_fp8 = [{"BLOCK_K": bk, "num_warps": w, "num_stages": 1}
 
 def gemm_candidates(fmt: str, N: int, K: int, sm_count: int = 132) -> list[dict]:
     """The M >= 64 configs that can serve an [N, K] weight: cuBLASLt's FP8 GEMM takes N and K multiples of 16
-    only, the wgmma kernel K multiples of 2 BLOCK_K; a persistent config gets its program count for sm_count SMs."""
+    only, the wgmma kernel K multiples of 2 BLOCK_K, the warp-specialized one of BLOCK_K SPLIT_K; a persistent config
+    gets its program count for sm_count SMs."""
+    from atlas.plugins_trt.quant_linear import gluon_ws
     from atlas.plugins_trt.quant_linear.gluon_gemm import supports
 
     configs = CONFIGS_nvfp4_gemm if fmt == "nvfp4" else CONFIGS_fp8_gemm
     out = [c for c in configs if not (c.get("CUBLAS") and (N % 16 or K % 16))
-           and not (c.get("WGMMA") and not supports(c, K))]
+           and not (c.get("WGMMA") and not supports(c, K)) and not (c.get("WS") and not gluon_ws.supports(c, K))]
     return [{**{k: v for k, v in c.items() if k != "SK_PER_SM"}, "SK": c["SK_PER_SM"] * sm_count}
             if "SK_PER_SM" in c else c for c in out]
 
@@ -492,7 +503,8 @@ def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; x bf16 [M, K]; W in nvfp4 storage (u8 [N, K/2], ...).
-    A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel, a WGMMA config the Gluon kernel.
+    A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel, a WGMMA config the Gluon kernel, a WS
+    config the warp-specialized one.
     A "TILED" config takes W in layout.tile_nvfp4's order."""
     if config.get("DEQUANT"):
         return nvfp4_dequant_linear(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
@@ -502,6 +514,9 @@ def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     if config.get("WGMMA"):
         from atlas.plugins_trt.quant_linear.gluon_gemm import launch_nvfp4_gemm_wgmma
         return launch_nvfp4_gemm_wgmma(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
+    if config.get("WS"):
+        from atlas.plugins_trt.quant_linear.gluon_ws import launch_nvfp4_gemm_ws
+        return launch_nvfp4_gemm_ws(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     N, K = weight.shape[0], weight.shape[1] * 2
     _check(x, torch.bfloat16, K, "x")
     check_tiled(config, N, K, weight, weight_scale)

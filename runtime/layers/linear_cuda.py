@@ -145,6 +145,11 @@ class CudaLinear:
 
             xp = permute_k(x, entry["config"]["BLOCK_K"])
             self._launch_split(entry, out, x_ptr=xp, **{**common, "stride_xm": xp.stride(0)})
+        elif self.fmt == "nvfp4" and entry["config"].get("WS"):  # the warp-specialized GEMM (x permuted unless NAT)
+            from atlas.plugins_trt.quant_linear.gluon_ws import x_operand
+
+            xp = x_operand(x, entry["config"])
+            self._launch_split(entry, out, x_ptr=xp, **{**common, "stride_xm": xp.stride(0)})
         elif self.fmt == "nvfp4":
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)
         else:  # W8A8: quantize activations per row, then the FP8 tensor-core GEMM

@@ -642,7 +642,7 @@ import json, re, subprocess, tempfile, time
 from pathlib import Path
 import triton
 from atlas.build_engine.kernels import compile_kernel
-from atlas.plugins_trt.quant_linear import gluon_gemm as GLG, triton_gemm as GM, triton_gemv as GV
+from atlas.plugins_trt.quant_linear import gluon_gemm as GLG, gluon_ws as GWS, triton_gemm as GM, triton_gemv as GV
 
 cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 N, K = 4096, 4096
@@ -674,6 +674,10 @@ cases = {  # name: (AotSignature, grid)
     "nvfp4_wgmma_sk": (GLG.signature_nvfp4_gemm_wgmma_sk(sk, N, K), (sk["SK"], 1, 1)),  # the build compiles no bias
     "nvfp4_wgmma_sk.fix": (GLG.signature_nvfp4_gemm_wgmma_sk({**sk, "FIX": True}, N, K), (sk["SK"], 1, 1)),
     "sk_reduce": (GLG.signature_sk_reduce(sk, N, K, True, True), GLG.grid_sk_reduce(sk, 2048, N)),
+    "nvfp4_ws": (GWS.signature_nvfp4_gemm_ws(GM.CONFIGS_nvfp4_ws[0], N, K, True, True),
+                 GLG.grid_wgmma(GM.CONFIGS_nvfp4_ws[0], 2048, N)),
+    "nvfp4_ws.split": (GWS.signature_nvfp4_gemm_ws(GM.CONFIGS_nvfp4_ws[-1], N, K),
+                       GLG.grid_wgmma(GM.CONFIGS_nvfp4_ws[-1], 256, N)),
 }
 report = {}
 for name, (sig, grid) in cases.items():
@@ -711,7 +715,8 @@ def test_aot_compile_sm90(tmp_path):
         assert e["global_scratch"] == 0
     for name in ("nvfp4_gemv.BM1", "fp8_gemv.BM1"):
         assert report[name]["ptx_v4_loads"] > 0, f"{name}: weights are not loaded 16 bytes at a time"
-    for name in ("nvfp4_gemm", "fp8_gemm", "nvfp4_wgmma", "nvfp4_wgmma_sk", "nvfp4_wgmma_sk.fix"):
+    for name in ("nvfp4_gemm", "fp8_gemm", "nvfp4_wgmma", "nvfp4_wgmma_sk", "nvfp4_wgmma_sk.fix", "nvfp4_ws",
+                 "nvfp4_ws.split"):
         assert report[name]["wgmma"] > 0, f"{name} does not use wgmma"
     for name, e in report.items():  # launch_dependents and wait in the PDL builds only
         assert e["griddepcontrol"] == (2 if name.endswith(".pdl") else 0), name
@@ -791,11 +796,11 @@ def test_gemv_gpu(fmt, M, shape):
 @pytest.mark.parametrize("M", [64, 256, 2048])
 @pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
 def test_gemm_gpu(fmt, M, shape):
-    configs = [c for c in GM.gemm_candidates(fmt, *shape) if not c.get("WGMMA")]
+    configs = [c for c in GM.gemm_candidates(fmt, *shape) if not (c.get("WGMMA") or c.get("WS"))]
     for i, cfg in enumerate(configs[::3]):
         check_gemm(fmt, M, *shape, cfg, seed=M + i, qt=cached_weight(fmt, *shape))
-    if fmt == "nvfp4":  # every Gluon wgmma config where K allows it (the odd K 4112 does not)
-        wgmma = [c for c in GM.gemm_candidates(fmt, *shape) if c.get("WGMMA")]
+    if fmt == "nvfp4":  # every Gluon wgmma config, warp-specialized too, where K allows it (the odd K 4112 does not)
+        wgmma = [c for c in GM.gemm_candidates(fmt, *shape) if c.get("WGMMA") or c.get("WS")]
         assert bool(wgmma) == (shape == ALIGNED)
         for i, cfg in enumerate(wgmma):
             check_gemm(fmt, M, *shape, cfg, seed=M + 70 + i, qt=cached_weight(fmt, *shape))

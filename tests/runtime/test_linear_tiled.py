@@ -56,6 +56,25 @@ def sk_engine(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def ws_engine(tmp_path_factory):
+    """Two tiny-llama-wide engines whose GEMM buckets take the warp-specialized GEMM (gluon_ws): in natural k order,
+    and in the decode's order split in two along K; the packed dequantization where K does not allow it."""
+    nat = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("NAT"))
+    split = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("SPLIT_K", 1) > 1 and not c.get("NAT"))
+    tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
+    mp = pytest.MonkeyPatch()
+    engines = []
+    try:
+        for name, cfg in (("ws", nat), ("wssplit", split)):
+            mp.setattr(GM, "CONFIGS_nvfp4_gemm", [cfg, tile])
+            engines.append(build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp(name) / "e",
+                                             dtype="nvfp4", device="cuda", autotune=False, progress=False)))
+    finally:
+        mp.undo()
+    return engines
+
+
+@pytest.fixture(scope="module")
 def streamk_engine(tmp_path_factory):
     """tiny-llama-wide whose GEMV buckets all take a stream-K config (the first that fits each shape)."""
     mp = pytest.MonkeyPatch()
@@ -87,7 +106,7 @@ def test_tiled_configs_read_whole_tile_rows():
     gemm = tiled_configs(GM.gemm_candidates("nvfp4", 4096, 4096))
     assert all(c["TILED"] and c["BITS"] for c in gemm)
     assert any(c.get("WGMMA") for c in gemm) and any(c.get("DEQUANT") and c.get("PACK") for c in gemm)
-    assert not any(not c.get("WGMMA") and not c.get("DEQUANT") for c in gemm)
+    assert not any(not (c.get("WGMMA") or c.get("WS")) and not c.get("DEQUANT") for c in gemm)
 
 
 def test_tiled_engine_plan(tiled_engine):
@@ -188,6 +207,77 @@ def test_sk_launch_arguments(m, sk_engine):
             assert rargs["G"] == cfg["SK"] and rargs["part_ptr"] is args["part_ptr"]
 
 
+def _recorded_launches(result, m: int, way: str):
+    """CudaLinear's launches for M rows on the first linear whose plan takes `way` at that M, recorded on the CPU
+    against the engine's kernel table: (plan item, the linear's N and K, x, [(kernel, grid, arguments by name)])."""
+    from safetensors.torch import load_file
+
+    from atlas.runtime.kernels import KernelTable
+    from atlas.runtime.layers.linear_cuda import CudaLinear, bucket_for
+
+    m_ = result.manifest
+    table = KernelTable.load(result.path, m_["kernels"], arch=90)
+
+    class Recorder:
+        kernels, params, calls = table.kernels, table.params, []
+
+        def launch(self, name, grid, *args):
+            self.calls.append((name, table.grid(name, *args), dict(zip((p for p, _ in table.params(name)), args))))
+
+    stored = {}
+    for f in m_["weights"]:
+        stored.update(load_file(str(result.path / f)))
+    key, plan = next((k, e) for k, e in m_["linear_kernels"].items() if e[str(bucket_for(m))]["config"].get(way))
+    n, k = (int(v) for v in key.split(":")[1].split("x"))
+    prefix = next(p for p, t in stored.items() if p.endswith(".weight") and tuple(t.shape) == (n, k // 2))[:-7]
+    t = {s: stored[f"{prefix}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")}
+    rec = Recorder()
+    x = torch.randn(m, k).to(torch.bfloat16)
+    CudaLinear("nvfp4", t, rec, plan)(x)
+    return plan[str(bucket_for(m))], (n, k), x, rec.calls
+
+
+def test_ws_in_the_plan(ws_engine):
+    """A warp-specialized bucket names its kernel (12 warps: the consumers and the decoder partition) and, split, the
+    split-K reduction; K the config cannot take falls back to the dequantization."""
+    seen = set()
+    for result in ws_engine:
+        table = result.manifest["kernels"]["kernels"]
+        for key, entry in result.manifest["linear_kernels"].items():
+            k = int(key.split("x")[1])
+            for bucket in ("64", "256", "2048"):
+                item = entry[bucket]
+                cfg = item["config"]
+                if not cfg.get("WS"):
+                    assert cfg.get("DEQUANT") and k % (64 * 2), (key, cfg)
+                    continue
+                seen.add(bool(cfg.get("NAT")))
+                assert item["kernel"].startswith("nvfp4_ws.") and table[item["kernel"]]["num_warps"] == 12
+                assert (item["reduce"] in table) == (cfg.get("SPLIT_K", 1) > 1), item
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("m", [64, 300])
+def test_ws_launch_arguments(m, ws_engine):
+    """CudaLinear hands the NAT kernel x itself and the other one x in the decode's k order (permute_k), with the
+    grid of the wgmma kernel; a split bucket's partials go to the reduction."""
+    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+    for result in ws_engine:
+        item, (n, k), x, calls = _recorded_launches(result, m, "WS")
+        cfg = item["config"]
+        (name, grid, args), *rest = calls
+        assert name == item["kernel"] and grid == gm.grid_wgmma(cfg, m, n) and args["M"] == m
+        want = x if cfg.get("NAT") else gm.permute_k(x, cfg["BLOCK_K"])
+        assert torch.equal(args["x_ptr"], want) and args["stride_xm"] == k
+        if cfg.get("SPLIT_K", 1) > 1:
+            (rname, _, rargs), = rest
+            assert rname == item["reduce"] and rargs["part_ptr"] is args["out_ptr"]
+            assert args["out_ptr"].shape == (cfg["SPLIT_K"], m, n)
+        else:
+            assert rest == []
+
+
 def test_streamk_candidates():
     """Stream-K configs only for tiled weights, each with whole row tiles and at most one program a block."""
     from atlas.plugins_trt.quant_linear.gluon_streamk import blocks, check_streamk
@@ -285,6 +375,16 @@ def test_sk_engine_linears_match_reference(m, fix, sk_engine):
 
     for _ in range(2):
         check_engine_linears(sk_engine[fix], m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [64, 200, 300])
+@pytest.mark.parametrize("which", [0, 1], ids=["nat", "split"])
+def test_ws_engine_linears_match_reference(m, which, ws_engine):
+    """Through CudaLinear (the AOT kernels): the warp-specialized GEMM in natural k order, and split along K."""
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    check_engine_linears(ws_engine[which], m)
 
 
 @pytest.mark.gpu
