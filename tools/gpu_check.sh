@@ -76,12 +76,12 @@ fi
 if [ "$what" = ws ]; then  # the warp-specialized NVFP4 GEMM (gluon_ws; tools/dev/nvfp4_wgmma_ws.py): small shapes
     # against the reference first (a hang or a wrong result stops here), then M 256 beside the shipped config, then
     # its GPU tests (the JIT launches of every WS candidate, and WS engines through CudaLinear)
-    timeout ${WS_CHECK_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check 2>&1 \
+    timeout ${WS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check 2>&1 \
         | tee "$out/nvfp4_wgmma_ws_check.log" | tail -40
     if [ "${PIPESTATUS[0]}" = 0 ]; then
-        timeout ${WS_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_wgmma_ws ${WS_ARGS:-} 2>&1 \
+        timeout ${WS_TIMEOUT:-270} python3 -m atlas.tools.dev.nvfp4_wgmma_ws ${WS_ARGS:-} 2>&1 \
             | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -90
-        timeout ${WS_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider \
+        timeout ${WS_TEST_TIMEOUT:-150} python3 -m pytest -q -m gpu -p no:cacheprovider \
             tests/runtime/test_linear_tiled.py tests/plugins_trt/test_quant_linear_triton.py \
             -k "ws_engine or (test_gemm_gpu and nvfp4)" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -15
     fi

@@ -120,7 +120,7 @@ def _consumer(w_s, x_s, ready, empty, b_lo, b_hi, BM: gl.constexpr, BN: gl.const
     return (acc, )  # warp_specialize's default results are a tuple
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["M"])  # one compile for every M (the JIT sweep and tuner)
 def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                          M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
