@@ -800,7 +800,10 @@ def test_gemm_gpu(fmt, M, shape):
     for i, cfg in enumerate(configs[::3]):
         check_gemm(fmt, M, *shape, cfg, seed=M + i, qt=cached_weight(fmt, *shape))
     if fmt == "nvfp4":  # every Gluon wgmma config, warp-specialized too, where K allows it (the odd K 4112 does not)
-        wgmma = [c for c in GM.gemm_candidates(fmt, *shape) if c.get("WGMMA") or c.get("WS")]
+        from atlas.plugins_trt.quant_linear import gluon_ws as GWS
+
+        wgmma = [c for c in GM.gemm_candidates(fmt, *shape) if c.get("WGMMA") or c.get("WS")] + [
+            c for c in GM.CONFIGS_nvfp4_ws if c not in GM.CONFIGS_nvfp4_gemm and GWS.supports(c, shape[1])]
         assert bool(wgmma) == (shape == ALIGNED)
         for i, cfg in enumerate(wgmma):
             check_gemm(fmt, M, *shape, cfg, seed=M + 70 + i, qt=cached_weight(fmt, *shape))
