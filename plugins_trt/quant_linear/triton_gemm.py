@@ -313,10 +313,13 @@ CONFIGS_nvfp4_ws = [
 ]
 """nvfp4 at M >= 64 through gluon_ws.nvfp4_gemm_ws_kernel (warp-specialized: a decoder partition fills a shared-memory
 ring with decoded weights and x, the consumer warpgroups issue the shared-memory wgmma; K % (BLOCK_K SPLIT_K) == 0).
-NAT: the weights decoded in natural k order, x as given (no permute_k gather). Not yet among the build's candidates:
-it has not run on a GPU (every device call of the session that wrote it failed to start); `bash tools/gpu_check.sh
-ws` checks it, times it beside the shipped configs and runs its GPU tests. Until then it enters a build only where a
-test monkeypatches CONFIGS_nvfp4_gemm (tests/runtime/test_linear_tiled.py's ws_engine)."""
+NAT: the weights decoded in natural k order, x as given (no permute_k gather). Not among the build's candidates:
+correct on an H100 (every variant within 0.0017 of the reference and run-to-run identical,
+tools/results/nvfp4_wgmma_ws_check_h100.log), but slower than the shipped configs at M 256
+(tools/results/nvfp4_wgmma_ws_h100.json, same run): 8B qkv 40.6 us at best (256 x 64 NAT) against 39.6 shipped and
+37.4 for the 64 x 64 x 128 tile, 27B gate_up 212.2 (256 x 128 NAT) against 194.7, 27B down 172.3 against 125.2
+(the shipped 128 x 64 at SPLIT_K 4). It enters a build only where a test monkeypatches CONFIGS_nvfp4_gemm (ws_engine in
+tests/runtime/test_linear_tiled.py)."""
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA") and its persistent stream-K form ("SK")."""

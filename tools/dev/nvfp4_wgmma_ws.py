@@ -33,7 +33,8 @@ def configs() -> list[dict]:
             (128, 64, 64, 4, 4, 1, 4, two)]  # two CTAs an SM (128 registers, 99 KB)
     out = [{"WS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1,
             "SPLIT_K": sp, "TILED": True, "BITS": True, "DW": dw, **regs} for bm, bn, bk, st, w, sp, dw, regs in plan]
-    return out + [{**out[i], "NAT": True} for i in (0, 1, 4)]  # natural k order: no permute_k launch
+    nat = [{**out[i], "NAT": True} for i in (0, 1, 4)]  # natural k order: no permute_k launch
+    return out + nat + [{**out[7], "NAT": True}]  # and with eight decoder warps (BLOCK_N >= 128)
 
 
 def compile_sm90(config: dict):
@@ -156,7 +157,8 @@ def main() -> None:
             cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma,
                          {"WGMMA": True, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 3, "num_warps": 4,
                           "num_stages": 1, "W_SMEM": True, "TILED": True, "BITS": True}))
-            cfgs += [("ws", launch, c) for c in configs()]
+            only = [int(i) for i in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
+            cfgs += [("ws", launch, c) for i, c in enumerate(configs()) if only is None or i in only]
             for kind, fn, cfg in cfgs:
                 rec = {"kind": kind, "config": cfg}
                 try:
