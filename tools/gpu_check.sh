@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -85,6 +85,10 @@ if [ "$what" = ws ]; then  # the warp-specialized NVFP4 GEMM (gluon_ws; tools/de
             tests/runtime/test_linear_tiled.py tests/plugins_trt/test_quant_linear_triton.py \
             -k "ws_engine or (test_gemm_gpu and nvfp4)" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -15
     fi
+fi
+if [ "$what" = permk ]; then  # the wgmma GEMM's x permutation: the gather, the strided copy, a plain copy
+    # (tools/dev/permute_k.py; ~1 minute)
+    timeout ${PERMK_TIMEOUT:-200} python3 -m atlas.tools.dev.permute_k 2>&1 | tee "$out/permute_k.log" | tail -15
 fi
 if [ "$what" = sk128 ]; then  # the stream-K wgmma GEMM with BLOCK_K 128 tiles (the 8B shapes' plain winner on the
     # persistent grid) beside the shipped configs at M 256 (tools/dev/nvfp4_wgmma_sk.py --k128; ~4 minutes)

@@ -410,6 +410,19 @@ def permutation(K: int, BK: int, device) -> torch.Tensor:
     return _PERM[key]
 
 
+def permute_k_view(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """permute_k as one strided copy instead of a gather: inside a block, k's bits (s0, i0, i1, s1, r0, rhi from
+    the lowest) sit at physical bits (s0, s1, r0, rhi, i0, i1), so viewing x's block as [i1, i0, rhi, r0, s1, s0]
+    and moving the dims to (rhi, r0, s1, i1, i0, s0) is the permutation. Equal to permute_k (tests); not yet timed
+    against it on a GPU (tools/dev/permute_k.py)."""
+    M, K = x.shape
+    v = x.view(M, K // BK, 2, 2, BK // 32, 2, 2, 2).permute(0, 1, 4, 5, 6, 2, 3, 7)
+    if out is None:
+        return v.reshape(M, K)
+    out.view(M, K // BK, BK // 32, 2, 2, 2, 2, 2).copy_(v)
+    return out
+
+
 def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] bf16 -> its columns in the kernel's k order (a gather; out: a preallocated [M, K] buffer)."""
     idx = permutation(x.shape[1], BK, x.device)

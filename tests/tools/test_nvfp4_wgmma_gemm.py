@@ -61,3 +61,15 @@ def test_w_smem_needs_aligned_scale_rows():
     assert supports(cfg, 4096) and supports(cfg, 17408)
     assert not supports(cfg, 128) and not supports(cfg, 1152)
     assert supports({**cfg, "W_SMEM": False}, 128) and not supports({**cfg, "W_SMEM": False}, 96)
+
+
+@pytest.mark.parametrize("BK", [64, 128])
+def test_strided_permutation_equals_the_gather(BK):
+    from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k, permute_k_view
+
+    g = torch.Generator().manual_seed(BK + 1)
+    for m, k in ((1, BK * 2), (7, BK * 5), (64, 4096)):
+        x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+        out = torch.empty_like(x)
+        assert torch.equal(permute_k_view(x, BK), permute_k(x, BK))
+        assert permute_k_view(x, BK, out) is out and torch.equal(out, permute_k(x, BK))
