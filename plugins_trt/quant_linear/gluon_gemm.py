@@ -113,6 +113,24 @@ def _step_smem(acc, a_prev, x_s, w_s, s_s, x_rows, wp, sp, kb, b_lo, b_hi, BN: g
 
 
 @gluon.jit
+def _tile_ptrs(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m, BM: gl.constexpr,
+               BN: gl.constexpr, BK: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, xcL: gl.constexpr,
+               TILED: gl.constexpr):
+    """Block 0's pointers of output tile (pid_n, pid_m): the weight words [BN, BK / 8] (layout wL) and scale bytes
+    [BN, BK / 16] (sL) of its rows, and x [BM, BK] (xcL) of its tokens (rows past N and M clamped)."""
+    KW: gl.constexpr = BK // 8
+    rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
+    srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
+    w_rows, s_rows = gg._row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+                                  gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK,
+                                  TILED)
+    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
+    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
+        + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+    return w_rows, s_rows, x_rows
+
+
+@gluon.jit
 def _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m, b_lo, b_hi,
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr,
               W_SMEM: gl.constexpr, TILED: gl.constexpr, BITS: gl.constexpr):
@@ -128,13 +146,8 @@ def _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn
     pL: gl.constexpr = gg.pairs_layout(BN, BK, NW)
     xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])  # 16-byte copies
 
-    rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
-    srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
-    w_rows, s_rows = gg._row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
-                               gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK, TILED)
-    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
-    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
-        + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+    w_rows, s_rows, x_rows = _tile_ptrs(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m,
+                                        BM, BN, BK, wL, sL, xcL, TILED)
 
     acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
     a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)

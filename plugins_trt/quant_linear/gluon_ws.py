@@ -68,14 +68,8 @@ def _decoder(w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, s
     pL: gl.constexpr = gg.pairs_layout(BN, BK, DW)
     xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [DW, 1], [1, 0])  # 16-byte copies
 
-    rows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wL)), N - 1)
-    srows = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, sL)), N - 1)
-    w_rows, s_rows = gg._row_ptrs(w_ptr, ws_ptr, rows, srows, gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
-                                  gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK,
-                                  TILED)
-    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
-    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
-        + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+    w_rows, s_rows, x_rows = gm._tile_ptrs(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n,
+                                           pid_m, BM, BN, BK, wL, sL, xcL, TILED)
 
     wd0 = gl.load(w_rows + gm._woff(b_lo, BK, TILED))
     sr0 = gl.load(s_rows + gm._soff(b_lo, BK, TILED))

@@ -166,36 +166,13 @@ def test_sk_launch_arguments(m, sk_engine):
     """CudaLinear's launches of a persistent wgmma bucket, recorded on the CPU against the engine's kernel table: the
     kernel's arguments by name (DP as sk_dp_tiles gives it), its grid (the config's programs) and, without FIX, the
     reduction's grid from its recorded formula (tiles - DP, BLOCK_N / ROWS), launched only where tiles are shared."""
-    from safetensors.torch import load_file
-
     from atlas.plugins_trt.quant_linear import gluon_gemm as gm
-    from atlas.runtime.kernels import KernelTable
-    from atlas.runtime.layers.linear_cuda import CudaLinear, bucket_for
 
     for result in sk_engine:
-        m_ = result.manifest
-        table = KernelTable.load(result.path, m_["kernels"], arch=90)
-
-        class Recorder:
-            kernels, params, calls = table.kernels, table.params, []
-
-            def launch(self, name, grid, *args):
-                named = dict(zip((p for p, _ in table.params(name)), args))
-                self.calls.append((name, table.grid(name, *args), named))
-
-        stored = {}
-        for f in m_["weights"]:
-            stored.update(load_file(str(result.path / f)))
-        key, plan = next((k, e) for k, e in m_["linear_kernels"].items() if e[str(bucket_for(m))]["config"].get("SK"))
-        n, k = (int(v) for v in key.split(":")[1].split("x"))
-        prefix = next(p for p, t in stored.items() if p.endswith(".weight") and tuple(t.shape) == (n, k // 2))[:-7]
-        t = {s: stored[f"{prefix}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")}
-        rec = Recorder()
-        CudaLinear("nvfp4", t, rec, plan)(torch.randn(m, k).to(torch.bfloat16))
-        item = plan[str(bucket_for(m))]
+        item, (n, k), _, calls = _recorded_launches(result, m, "SK")
         cfg = item["config"]
         dp = gm.sk_dp_tiles(cfg, m, n)
-        (name, grid, args), *rest = rec.calls
+        (name, grid, args), *rest = calls
         assert name == item["kernel"] and grid == (cfg["SK"], 1, 1) and args["DP"] == dp and args["M"] == m
         assert args["part_ptr"].shape == gm.sk_partials_shape(cfg) and args["cnt_ptr"].dtype == torch.int32
         assert gm.sk_counters(cfg, m, n) > 0  # these shapes share tiles at every M (fewer tiles than programs)

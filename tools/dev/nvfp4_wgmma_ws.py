@@ -5,13 +5,14 @@ The kernel and its design: plugins_trt/quant_linear/gluon_ws.py. Here: its varia
 the PTX facts its barrier counts rely on), a check on small shapes, and the sweep beside the shipped wgmma config and
 cuBLAS BF16.
 
-    python -m atlas.tools.dev.nvfp4_wgmma_ws [--m 256] [--shapes a,b]   # $OUT/nvfp4_wgmma_ws.json
-    python -m atlas.tools.dev.nvfp4_wgmma_ws --sass                     # compile for sm_90 here; resources
-    python -m atlas.tools.dev.nvfp4_wgmma_ws --check                    # small shapes against the reference
+    python -m atlas.tools.dev.nvfp4_wgmma_ws [--m 256] [--shapes a,b] [--only i,j]   # $OUT/nvfp4_wgmma_ws.json
+    python -m atlas.tools.dev.nvfp4_wgmma_ws --sass    # compile for sm_90 here; resources
+    python -m atlas.tools.dev.nvfp4_wgmma_ws --check   # small shapes against the reference
+
+--only i,j: only those indices of configs() (beside the shipped and plain configs).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -123,67 +124,26 @@ def check() -> bool:
 
 
 def main() -> None:
-    import torch
+    from atlas.tools.dev.variants import nvfp4_gemm_sweep
 
-    from atlas.tools.bench.timing import copies_for, graph_time
-    from atlas.tools.bench_gemm import rel
-    from atlas.tools.dev.nvfp4_wgmma_sk import SHAPES
-    from atlas.tools.dev.variants import nvfp4_tiled_weight
+    picked = [int(i) for i in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
+    if picked is not None and not set(picked) <= set(range(len(configs()))):
+        raise SystemExit(f"--only: indices of configs() are 0..{len(configs()) - 1}, got {picked}")
+    ws = [c for i, c in enumerate(configs()) if picked is None or i in picked]
+    plain = {"WGMMA": True, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 3, "num_warps": 4,
+             "num_stages": 1, "W_SMEM": True, "TILED": True, "BITS": True}
 
-    out_dir = os.environ.get("OUT", "/tmp/out")
-    os.makedirs(out_dir, exist_ok=True)
-    ms = [int(v) for v in (sys.argv[sys.argv.index("--m") + 1].split(",") if "--m" in sys.argv else ["256"])]
-    only = sys.argv[sys.argv.index("--shapes") + 1].split(",") if "--shapes" in sys.argv else list(SHAPES)
-    if set(only) - set(SHAPES):
-        raise SystemExit(f"--shapes: unknown {sorted(set(only) - set(SHAPES))}; known: {', '.join(SHAPES)}")
-    shipped = {(c["shape"], c["M"]): c for c in json.load(open("tools/results/gemm.json"))["cases"]}
-    res = {"device": torch.cuda.get_device_name(), "rows": []}
-    for name, (n, k) in SHAPES.items():
-        if name not in only:
-            continue
-        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bits=True)
-        nbytes = n * k // 2 + n * k // 16
-        copies = [(w, ws)] + [(w.clone(), ws.clone()) for _ in range(copies_for(nbytes) - 1)]
-        wbf = ref_w.to(torch.bfloat16)
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-            ref = x.float() @ ref_w.T
-            row = {"shape": name, "N": n, "K": k, "M": m,
-                   "cublas_us": graph_time([lambda: x @ wbf.T], repeats=20) * 1e6, "variants": []}
-            cfgs = []
-            c0 = shipped.get((name, m))
-            if c0 is not None and c0["nvfp4"]["config"].get("WGMMA") and "SK" not in c0["nvfp4"]["config"]:
-                cfgs.append(("shipped", gm.launch_nvfp4_gemm_wgmma, c0["nvfp4"]["config"]))
-            cfgs.append(("plain", gm.launch_nvfp4_gemm_wgmma,
-                         {"WGMMA": True, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 3, "num_warps": 4,
-                          "num_stages": 1, "W_SMEM": True, "TILED": True, "BITS": True}))
-            only = [int(i) for i in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
-            cfgs += [("ws", launch, c) for i, c in enumerate(configs()) if only is None or i in only]
-            for kind, fn, cfg in cfgs:
-                rec = {"kind": kind, "config": cfg}
-                try:
-                    y1 = fn(x, w, ws, ws2, cfg)
-                    y2 = fn(x, w, ws, ws2, cfg)
-                    torch.cuda.synchronize()
-                    rec["rel_error"] = rel(y1, ref)
-                    rec["deterministic"] = bool(torch.equal(y1, y2))
-                    if rec["rel_error"] < 1e-2:
-                        rec["us"] = graph_time([lambda a=a, b=b, cfg=cfg, fn=fn: fn(x, a, b, ws2, cfg)
-                                                for a, b in copies], repeats=20) * 1e6
-                except Exception as e:  # noqa: BLE001 — record and go on
-                    rec["error"] = f"{type(e).__name__}: {e}"[:400]
-                row["variants"].append(rec)
-                tag = (f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} "
-                       f"w{cfg['num_warps']} sk{cfg.get('SPLIT_K', 1)}")
-                print(f"{name:22s} M={m:4d} {tag:28s} "
-                      + (f"{rec['us']:8.1f} us  x{row['cublas_us'] / rec['us']:.2f} cuBLAS" if "us" in rec else "")
-                      + f"  err {rec.get('rel_error', float('nan')):.4f} det {rec.get('deterministic')}"
-                      + (f"  {rec['error'][:300]}" if "error" in rec else ""), flush=True)
-            ok = [r for r in row["variants"] if "us" in r]
-            row["best"] = min(ok, key=lambda r: r["us"]) if ok else None
-            res["rows"].append(row)
-            json.dump(res, open(f"{out_dir}/nvfp4_wgmma_ws.json", "w"), indent=1)
-        del copies
+    def variants_for(name, m, case):
+        cfgs = []
+        if case is not None and case["nvfp4"]["config"].get("WGMMA") and "SK" not in case["nvfp4"]["config"]:
+            cfgs.append(("shipped", gm.launch_nvfp4_gemm_wgmma, case["nvfp4"]["config"]))
+        return cfgs + [("plain", gm.launch_nvfp4_gemm_wgmma, plain)] + [("ws", launch, c) for c in ws]
+
+    def tag(kind, cfg):
+        return (f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} w{cfg['num_warps']} "
+                f"sk{cfg.get('SPLIT_K', 1)}")
+
+    nvfp4_gemm_sweep("nvfp4_wgmma_ws.json", variants_for, tag)
 
 
 if __name__ == "__main__":

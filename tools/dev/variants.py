@@ -98,3 +98,71 @@ def labelled_row(name: str, n: int, k: int, m: int, total: int, labelled: list[t
         f"{r['label']}: {r['us']:.1f} us ({total / (r['us'] * 1e-6) / bw:.2f})" if "us" in r
         else f"{r['label']}: failed {r.get('error', '')[:80]}" for r in row["runs"]), flush=True)
     return row
+
+
+def nvfp4_gemm_sweep(out_file: str, variants_for, tag, default_m: str = "256", extra=None) -> dict:
+    """The GEMM sweeps beside the shipped configs (nvfp4_wgmma_sk, nvfp4_wgmma_ws). For every shape of --shapes
+    (default: the benchmark's, tools/bench_gemm.SHAPES) and M of --m: tiled + BITS weights as GPU engines run them,
+    cuBLAS BF16 timed in the same run, then each (kind, launch, config) of variants_for(shape, M, the gemm.json case
+    or None), checked against the fp32 reference and for run-to-run equality, and timed (graph replays over rotated
+    weight copies) where its error is under 1e-2; extra(record, kind, config, timing, M, N) may add fields
+    (timing(fn) times fn(x, words, scales, ws2)). One printed line a variant (tag(kind, config)); $OUT/out_file
+    rewritten after every row. Returns the result."""
+    import json
+    import os
+    import sys
+
+    import torch
+
+    from atlas.tools.bench.timing import copies_for, graph_time
+    from atlas.tools.bench_gemm import SHAPES, rel
+
+    out_dir = os.environ.get("OUT", "/tmp/out")
+    os.makedirs(out_dir, exist_ok=True)
+    ms = [int(v) for v in (sys.argv[sys.argv.index("--m") + 1] if "--m" in sys.argv else default_m).split(",")]
+    only = sys.argv[sys.argv.index("--shapes") + 1].split(",") if "--shapes" in sys.argv else list(SHAPES)
+    if set(only) - set(SHAPES):
+        raise SystemExit(f"--shapes: unknown {sorted(set(only) - set(SHAPES))}; known: {', '.join(SHAPES)}")
+    shipped = {(c["shape"], c["M"]): c for c in json.load(open("tools/results/gemm.json"))["cases"]}
+    res = {"device": torch.cuda.get_device_name(), "rows": []}
+    for name, (n, k) in SHAPES.items():
+        if name not in only:
+            continue
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, bits=True)
+        copies = [(w, ws)] + [(w.clone(), ws.clone()) for _ in range(copies_for(n * k // 2 + n * k // 16) - 1)]
+        wbf = ref_w.to(torch.bfloat16)
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            ref = x.float() @ ref_w.T
+            row = {"shape": name, "N": n, "K": k, "M": m,
+                   "cublas_us": graph_time([lambda: x @ wbf.T], repeats=20) * 1e6, "variants": []}
+
+            def timing(fn):
+                return graph_time([lambda a=a, b=b: fn(x, a, b, ws2) for a, b in copies], repeats=20) * 1e6
+
+            for kind, launch, cfg in variants_for(name, m, shipped.get((name, m))):
+                rec = {"kind": kind, "config": cfg}
+                try:
+                    y1 = launch(x, w, ws, ws2, cfg)
+                    y2 = launch(x, w, ws, ws2, cfg)
+                    torch.cuda.synchronize()
+                    rec["rel_error"] = rel(y1, ref)
+                    rec["deterministic"] = bool(torch.equal(y1, y2))
+                    if rec["rel_error"] < 1e-2:
+                        rec["us"] = timing(lambda x_, a, b, s, launch=launch, cfg=cfg: launch(x_, a, b, s, cfg))
+                        if extra is not None:
+                            extra(rec, kind, cfg, timing, m, n)
+                except Exception as e:  # noqa: BLE001 — record and go on
+                    rec["error"] = f"{type(e).__name__}: {e}"[:400]
+                row["variants"].append(rec)
+                print(f"{name:22s} M={m:4d} {tag(kind, cfg):28s} "
+                      + (f"{rec['us']:8.1f} us  x{row['cublas_us'] / rec['us']:.2f} cuBLAS" if "us" in rec else "")
+                      + (f"  kernel {rec['kernel_us']:7.1f} us" if "kernel_us" in rec else "")
+                      + f"  err {rec.get('rel_error', float('nan')):.4f} det {rec.get('deterministic')}"
+                      + (f"  {rec['error'][:300]}" if "error" in rec else ""), flush=True)
+            ok = [r for r in row["variants"] if "us" in r]
+            row["best"] = min(ok, key=lambda r: r["us"]) if ok else None
+            res["rows"].append(row)
+            json.dump(res, open(f"{out_dir}/{out_file}", "w"), indent=1)
+        del copies
+    return res
