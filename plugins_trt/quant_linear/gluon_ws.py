@@ -114,38 +114,121 @@ def _consumer(w_s, x_s, ready, empty, b_lo, b_hi, BM: gl.constexpr, BN: gl.const
     return (acc, )  # warp_specialize's default results are a tuple
 
 
+@gluon.jit
+def _loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn, pid_n,
+            pid_m, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr,
+            DW: gl.constexpr, TILED: gl.constexpr):
+    """RS: fill slot (kb - b_lo) % S with block kb's packed words, scale bytes and (k-permuted) x by cp.async, for kb
+    in [b_lo, b_hi); every loader thread arrives on the slot's `ready` barrier when its copies have landed."""
+    KW: gl.constexpr = BK // 8
+    wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [DW, 1], [1, 0])  # 16-byte copies
+    scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [DW, 1], [1, 0])  # 4-byte copies
+    xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [DW, 1], [1, 0])  # 16-byte copies
+    wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
+    sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
+    wp, sp = gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
+                          gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
+                          gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
+    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
+    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
+        + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+    for kb in range(b_lo, b_hi):
+        it = kb - b_lo
+        slot = it % S
+        mbarrier.wait(empty.index(slot), ((it // S) & 1) ^ 1)  # the consumers are done with the slot's last block
+        async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + kb * BK)
+        async_copy.async_copy_global_to_shared(w_s.index(slot), wp + gm._woff(kb, BK, TILED))
+        async_copy.async_copy_global_to_shared(s_s.index(slot), sp + gm._soff(kb, BK, TILED))
+        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+
+@gluon.jit
+def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, kb, b_lo, BN: gl.constexpr, BK: gl.constexpr,
+             S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
+             BITS: gl.constexpr):
+    """RS, block kb: wait for its slot, decode the words into the register A operand, issue the wgmma, wait for
+    block kb - 1's (a_prev: a dependency of that wait, so its registers are not reused before) and release kb - 1's
+    slot. Returns (acc, A of kb, a_prev); the caller alternates the two A values (as gluon_gemm._step)."""
+    it = kb - b_lo
+    slot = it % S
+    mbarrier.wait(ready.index(slot), (it // S) & 1)
+    wd = w_s.index(slot).load(wL)
+    sr = s_s.index(slot).load(sL).to(gl.float8e4nv, bitcast=True)
+    a = gg._a_operand(wd, gg._scales(sr, BN, BK // 8, wL), BN, BK, BK // 32, pL, aL, BITS)
+    fence_async_shared()  # the cp.async writes of x (generic proxy) before the wgmma reads them (async proxy)
+    acc = warpgroup_mma(a, x_s.index(slot).permute((1, 0)), acc, is_async=True)
+    acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
+    mbarrier.arrive(empty.index((it + S - 1) % S), pred=it > 0)
+    return acc, a, a_prev
+
+
+@gluon.jit
+def _consumer_rs(w_s, s_s, x_s, ready, empty, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                 S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr):
+    """RS: acc [BN, BM] fp32 over blocks [b_lo, b_hi) (an even count), each decoded here from the ring's packed
+    words into the register A operand (gluon_gemm's decode-in-the-loop, without its CTA barriers and copies)."""
+    KW: gl.constexpr = BK // 8
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
+    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
+    wL: gl.constexpr = gg.words_layout(BN, KW, NW, False)
+    sL: gl.constexpr = gg.words_layout(BN, KW, NW, True)
+    pL: gl.constexpr = gg.pairs_layout(BN, BK, NW)
+    acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
+    a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
+    for kb in range(b_lo, b_hi, 2):
+        acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, kb, b_lo, BN, BK, S, wL, sL, pL, aL, BITS)
+        acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, kb + 1, b_lo, BN, BK, S, wL, sL, pL, aL,
+                               BITS)
+    acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
+    return (acc, )
+
+
 @gluon.jit(do_not_specialize=["M"])  # one compile for every M (the JIT sweep and tuner)
 def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                          M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, TILED: gl.constexpr = False,
                          SPLIT_K: gl.constexpr = 1, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
-                         DREGS: gl.constexpr = 128, NAT: gl.constexpr = False):
+                         DREGS: gl.constexpr = 128, NAT: gl.constexpr = False, RS: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual) with the arguments, grid and SPLIT_K partials of
     gluon_gemm.nvfp4_gemm_wgmma_kernel (x k-permuted by permute_k unless NAT), warp-specialized (module docstring):
     num_warps consumer warps (4 or 8: BLOCK_N / 64 warpgroups), DW decoder warps with DREGS registers each.
-    K % (BLOCK_K SPLIT_K) == 0; TILED: N % 128 == K % 128 == 0."""
+    K % (BLOCK_K SPLIT_K) == 0; TILED: N % 128 == K % 128 == 0.
+    RS: the consumers decode (register A operand, as gluon_gemm) and the DW worker warps only copy the packed words,
+    scales and x into the ring (_loader): the shipped kernel's loop without its CTA barriers, address arithmetic and
+    copies. x k-permuted; K % (2 BLOCK_K SPLIT_K) == 0."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     pid, pk = gl.program_id(0), gl.program_id(1)
     n_m = gl.cdiv(M, BLOCK_M)
     per = K // BLOCK_K // SPLIT_K
     b_lo = pk * per
-    w_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K],
-                                    gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
     x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K],
                                     gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=32 * DW + 1)
+        mbarrier.init(ready.index(i), count=32 * DW if RS else 32 * DW + 1)
         mbarrier.init(empty.index(i), count=1)
-    acc, = gl.warp_specialize([
-        (_consumer, (w_s, x_s, ready, empty, b_lo, b_lo + per, BLOCK_M, BLOCK_N, STAGES, NW)),
-        (_decoder, (w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
-                    pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, BITS,
-                    NAT)),
-    ], [DW], [DREGS])
+    if RS:
+        shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+        w_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BLOCK_K // 8], shl)
+        s_s = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K // 16], shl)
+        acc, = gl.warp_specialize([
+            (_consumer_rs, (w_s, s_s, x_s, ready, empty, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW,
+                            BITS)),
+            (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
+                       pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED)),
+        ], [DW], [DREGS])
+    else:
+        w_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K],
+                                        gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+        acc, = gl.warp_specialize([
+            (_consumer, (w_s, x_s, ready, empty, b_lo, b_lo + per, BLOCK_M, BLOCK_N, STAGES, NW)),
+            (_decoder, (w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
+                        pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, BITS,
+                        NAT)),
+        ], [DW], [DREGS])
     oL: gl.constexpr = gm.out_layout(BLOCK_N, NW)
     gg._store_out(gl.convert_layout(acc, oL),
                   (pid // n_m) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, oL)),
@@ -160,12 +243,12 @@ def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = Fal
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias and split == 1,
             "HAS_RESIDUAL": has_residual and split == 1, "TILED": bool(config.get("TILED")), "SPLIT_K": split,
             "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128),
-            "NAT": bool(config.get("NAT"))}
+            "NAT": bool(config.get("NAT")), "RS": bool(config.get("RS"))}
 
 
 def supports(config: dict, K: int) -> bool:
-    """Whether a WS config can serve K: whole blocks in each of SPLIT_K equal ranges."""
-    return K % (config["BLOCK_K"] * config.get("SPLIT_K", 1)) == 0
+    """Whether a WS config can serve K: whole blocks in each of SPLIT_K equal ranges (RS: an even number)."""
+    return K % (config["BLOCK_K"] * config.get("SPLIT_K", 1) * (2 if config.get("RS") else 1)) == 0
 
 
 def x_operand(x: torch.Tensor, config: dict, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -35,7 +35,12 @@ def configs() -> list[dict]:
     out = [{"WS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1,
             "SPLIT_K": sp, "TILED": True, "BITS": True, "DW": dw, **regs} for bm, bn, bk, st, w, sp, dw, regs in plan]
     nat = [{**out[i], "NAT": True} for i in (0, 1, 4)]  # natural k order: no permute_k launch
-    return out + nat + [{**out[7], "NAT": True}]  # and with eight decoder warps (BLOCK_N >= 128)
+    rs = [{"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w,
+           "num_stages": 1, "SPLIT_K": 1, "TILED": True, "BITS": True, "DW": 4, "DREGS": dr}
+          for bm, bn, bk, st, w, dr in [(128, 128, 128, 4, 8, 64), (256, 64, 64, 4, 4, 64), (128, 128, 64, 5, 8, 64),
+                                        (256, 128, 64, 4, 8, 64), (64, 64, 128, 3, 4, 64), (128, 64, 64, 4, 4, 64)]]
+    # RS (indices 14..19): the consumers decode into the register A operand, four loader warps copy packed blocks
+    return out + nat + [{**out[7], "NAT": True}] + rs  # and with eight decoder warps (BLOCK_N >= 128)
 
 
 def compile_sm90(config: dict):
