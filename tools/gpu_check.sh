@@ -76,7 +76,7 @@ fi
 if [ "$what" = ws ]; then  # the warp-specialized NVFP4 GEMM (gluon_ws; tools/dev/nvfp4_wgmma_ws.py): small shapes
     # against the reference first (a hang or a wrong result stops here), then M 256 beside the shipped config, then
     # its GPU tests (the JIT launches of every WS candidate, and WS engines through CudaLinear)
-    timeout ${WS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check 2>&1 \
+    timeout ${WS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check ${WS_CHECK_ARGS:-} 2>&1 \
         | tee "$out/nvfp4_wgmma_ws_check.log" | tail -40
     if [ "${PIPESTATUS[0]}" = 0 ]; then
         timeout ${WS_TIMEOUT:-270} python3 -m atlas.tools.dev.nvfp4_wgmma_ws ${WS_ARGS:-} 2>&1 \

@@ -7,7 +7,7 @@ cuBLAS BF16.
 
     python -m atlas.tools.dev.nvfp4_wgmma_ws [--m 256] [--shapes a,b] [--only i,j]   # $OUT/nvfp4_wgmma_ws.json
     python -m atlas.tools.dev.nvfp4_wgmma_ws --sass    # compile for sm_90 here; resources
-    python -m atlas.tools.dev.nvfp4_wgmma_ws --check   # small shapes against the reference
+    python -m atlas.tools.dev.nvfp4_wgmma_ws --check [--only i,j]   # small shapes against the reference
 
 --only i,j: only those indices of configs() (beside the shipped and plain configs).
 """
@@ -104,6 +104,14 @@ def sass_report() -> None:
         print(f"{cfg}: {usage}, shared {c.metadata.shared} B")
 
 
+def picked_configs() -> list[dict]:
+    """configs(), or those of `--only i,j` (indices into configs())."""
+    picked = [int(i) for i in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
+    if picked is not None and not set(picked) <= set(range(len(configs()))):
+        raise SystemExit(f"--only: indices of configs() are 0..{len(configs()) - 1}, got {picked}")
+    return [c for i, c in enumerate(configs()) if picked is None or i in picked]
+
+
 def check() -> bool:
     """Every config on small shapes (M below, at and above BLOCK_M; odd M) against the fp32 reference and for
     run-to-run equality; prints one line each, returns whether all passed."""
@@ -118,7 +126,7 @@ def check() -> bool:
         for m in (77, 300):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ ref_w.T
-            for cfg in configs():
+            for cfg in picked_configs():
                 y1 = launch(x, w, ws, ws2, cfg)
                 y2 = launch(x, w, ws, ws2, cfg)
                 torch.cuda.synchronize()
@@ -131,10 +139,7 @@ def check() -> bool:
 def main() -> None:
     from atlas.tools.dev.variants import nvfp4_gemm_sweep
 
-    picked = [int(i) for i in sys.argv[sys.argv.index("--only") + 1].split(",")] if "--only" in sys.argv else None
-    if picked is not None and not set(picked) <= set(range(len(configs()))):
-        raise SystemExit(f"--only: indices of configs() are 0..{len(configs()) - 1}, got {picked}")
-    ws = [c for i, c in enumerate(configs()) if picked is None or i in picked]
+    ws = picked_configs()
     plain = {"WGMMA": True, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 3, "num_warps": 4,
              "num_stages": 1, "W_SMEM": True, "TILED": True, "BITS": True}
 
@@ -145,8 +150,9 @@ def main() -> None:
         return cfgs + [("plain", gm.launch_nvfp4_gemm_wgmma, plain)] + [("ws", launch, c) for c in ws]
 
     def tag(kind, cfg):
-        return (f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} w{cfg['num_warps']} "
-                f"sk{cfg.get('SPLIT_K', 1)}")
+        form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "")
+        return (f"{kind}{form} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} "
+                f"w{cfg['num_warps']} sk{cfg.get('SPLIT_K', 1)}")
 
     nvfp4_gemm_sweep("nvfp4_wgmma_ws.json", variants_for, tag)
 
