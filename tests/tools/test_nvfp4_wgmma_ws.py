@@ -23,7 +23,8 @@ def test_ws_gemm_compiles_without_spills():
         assert "STACK:0" in line and "LOCAL:0" in line, line
 
 
-@pytest.mark.parametrize("index", [0, 1, 7, 8, 14, 15])  # two consumer warpgroups, one, two decoder warpgroups; RS
+@pytest.mark.parametrize("index", [0, 1, 7, 8, 14, 15, 20])  # two consumer warpgroups, one, two decoder warpgroups; RS
+# with two consumer warpgroups and one; RS with two one-warpgroup consumer partitions (KS 2)
 def test_ws_gemm_barrier_counts_match_the_ptx(index):
     from atlas.tools.dev.nvfp4_wgmma_ws import configs
 
@@ -34,10 +35,12 @@ def test_ws_gemm_barrier_counts_match_the_ptx(index):
     dw = cfg.get("DW", 4)
     assert len(facts["noinc"]) == 1 and not facts["noinc"][0].startswith("@"), facts  # every decoder thread
     consumers, decoder = 32 * cfg["num_warps"], 32 * dw
-    if cfg.get("RS"):  # the loader's cp.async arrivals fill `ready`; the consumers' arrive (twice: the loop is
-        # unrolled by two) is one thread's after a barrier over the consumers
+    if cfg.get("RS"):  # the loader's cp.async arrivals fill `ready`; each consumer partition's arrive on `empty`
+        # (twice: the loop is unrolled by two), and with KS 2 the odd partition's on `done`, is one thread's after a
+        # barrier over that partition
         assert facts["init_counts"] == [1, 32 * dw], facts
-        assert len(facts["arrives"]) == 2, facts
+        ks = cfg.get("KS", 1)
+        assert len(facts["arrives"]) == 2 * ks + ks - 1, facts
         for arrive in facts["arrives"]:
             assert arrive["predicated"] and arrive["bar_before"].endswith(f" {consumers};"), facts
         return

@@ -40,7 +40,12 @@ def configs() -> list[dict]:
           for bm, bn, bk, st, w, dr in [(128, 128, 128, 4, 8, 64), (256, 64, 64, 4, 4, 64), (128, 128, 64, 5, 8, 64),
                                         (256, 128, 64, 4, 8, 64), (64, 64, 128, 3, 4, 64), (128, 64, 64, 4, 4, 64)]]
     # RS (indices 14..19): the consumers decode into the register A operand, four loader warps copy packed blocks
-    return out + nat + [{**out[7], "NAT": True}] + rs  # and with eight decoder warps (BLOCK_N >= 128)
+    ks = [{**rs[i], "KS": 2, "STAGES": st, "KREGS": kr, "DREGS": dr} for i, st, kr, dr in
+          [(1, 4, 224, 56), (5, 4, 224, 56), (1, 3, 224, 56)]]
+    ks += [{**ks[0], "SPLIT_K": 2}, {**ks[1], "SPLIT_K": 2}]
+    # KS 2 (indices 20..24): two one-warpgroup consumers on the even and odd blocks of a 64-row tile (23, 24: and
+    # SPLIT_K 2, for the long-K shapes with few tiles)
+    return out + nat + [{**out[7], "NAT": True}] + rs + ks  # and with eight decoder warps (BLOCK_N >= 128)
 
 
 def compile_sm90(config: dict):
@@ -150,7 +155,8 @@ def main() -> None:
         return cfgs + [("plain", gm.launch_nvfp4_gemm_wgmma, plain)] + [("ws", launch, c) for c in ws]
 
     def tag(kind, cfg):
-        form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "")
+        form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "") \
+            + (f" ks{cfg['KS']}" if "KS" in cfg else "")
         return (f"{kind}{form} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} "
                 f"w{cfg['num_warps']} sk{cfg.get('SPLIT_K', 1)}")
 

@@ -1,6 +1,7 @@
 """Experiment helper (GPU box): what the wgmma GEMM's x permutation costs. permute_k (a gather, torch.index_select)
 against permute_k_view (one strided copy), a plain copy of x (the floor for any permutation launched on its own) and
-the bytes moved; M 64 / 256 / 2048 at the benchmark's K values, each a CUDA-graph replay.
+the bytes moved; M 64 / 256 / 2048 at the benchmark's K values, each CHAIN launches in one CUDA graph (one launch
+a graph measured the replay's own ~18 us on an H100, tools/results/permute_k_h100.json).
 
     python -m atlas.tools.dev.permute_k      # $OUT/permute_k.json
 """
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+
+
+CHAIN = 50
 
 
 def main() -> None:
@@ -27,9 +31,9 @@ def main() -> None:
             row = {"M": m, "K": k, "bytes": 2 * x.numel() * 2}
             for bk in (64, 128):
                 assert torch.equal(permute_k_view(x, bk, o), permute_k(x, bk))
-                row[f"gather_bk{bk}_us"] = graph_time([lambda: permute_k(x, bk, o)], repeats=20) * 1e6
-                row[f"view_bk{bk}_us"] = graph_time([lambda: permute_k_view(x, bk, o)], repeats=20) * 1e6
-            row["copy_us"] = graph_time([lambda: o.copy_(x)], repeats=20) * 1e6
+                row[f"gather_bk{bk}_us"] = graph_time([lambda: permute_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
+                row[f"view_bk{bk}_us"] = graph_time([lambda: permute_k_view(x, bk, o)] * CHAIN, repeats=20) * 1e6
+            row["copy_us"] = graph_time([lambda: o.copy_(x)] * CHAIN, repeats=20) * 1e6
             res["rows"].append(row)
             print(f"M={m:5d} K={k:6d} " + "  ".join(f"{n} {v:7.2f}" for n, v in row.items() if n.endswith("_us")),
                   flush=True)
