@@ -320,6 +320,22 @@ tools/results/nvfp4_wgmma_ws_check_h100.log), but slower than the shipped config
 37.4 for the 64 x 64 x 128 tile, 27B gate_up 212.2 (256 x 128 NAT) against 194.7, 27B down 172.3 against 125.2
 (the shipped 128 x 64 at SPLIT_K 4). It enters a build only where a test monkeypatches CONFIGS_nvfp4_gemm (ws_engine in
 tests/runtime/test_linear_tiled.py)."""
+CONFIGS_nvfp4_ws_rs = [
+    {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": 4, "num_warps": w,
+     "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 1}
+    for bm, bn, bk, w in [(128, 128, 128, 8), (256, 64, 64, 4), (256, 128, 64, 8)]
+] + [
+    {"WS": True, "RS": True, "KS": 2, "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 4, "num_warps": 4,
+     "num_stages": 1, "DW": 4, "DREGS": 56, "KREGS": 224, "SPLIT_K": sk}
+    for bm, sk in [(256, 1), (128, 1), (256, 2)]
+]
+"""The warp-specialized GEMM with the decode in the consumers (gluon_ws, RS: the register A operand as
+gluon_gemm, the packed blocks and x copied into the ring by a loader partition of four warps, no CTA barrier a block;
+K % (2 BLOCK_K KS SPLIT_K) == 0). KS 2: two one-warpgroup consumer partitions on the even and odd blocks of a 64-row
+tile. H100 (tools/results/nvfp4_wgmma_ws_rs_h100.json, M 256, same run): 8B qkv 36.7 us (128 x 128 x 128) against
+39.7 shipped, 8B lm_head 419.2 (256 x 128) against 437.4, 27B gate_up 194.2 against 196.4, 27B down 133.4 against
+127.7 (shipped split-K 4)."""
+CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA") and its persistent stream-K form ("SK")."""

@@ -57,15 +57,17 @@ def sk_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ws_engine(tmp_path_factory):
-    """Two tiny-llama-wide engines whose GEMM buckets take the warp-specialized GEMM (gluon_ws): in natural k order,
-    and in the decode's order split in two along K; the packed dequantization where K does not allow it."""
+    """Three tiny-llama-wide engines whose GEMM buckets take the warp-specialized GEMM (gluon_ws): in natural k order,
+    in the decode's order split in two along K, and RS with two consumer partitions (KS 2); the packed dequantization
+    where K does not allow it."""
     nat = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("NAT"))
     split = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("SPLIT_K", 1) > 1 and not c.get("NAT"))
+    ks = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("KS") == 2 and c["SPLIT_K"] == 1)
     tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
     mp = pytest.MonkeyPatch()
     engines = []
     try:
-        for name, cfg in (("ws", nat), ("wssplit", split)):
+        for name, cfg in (("ws", nat), ("wssplit", split), ("wsks", ks)):
             mp.setattr(GM, "CONFIGS_nvfp4_gemm", [cfg, tile])
             engines.append(build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp(name) / "e",
                                              dtype="nvfp4", device="cuda", autotune=False, progress=False)))
@@ -226,12 +228,12 @@ def test_ws_in_the_plan(ws_engine):
                 item = entry[bucket]
                 cfg = item["config"]
                 if not cfg.get("WS"):
-                    assert cfg.get("DEQUANT") and k % (64 * 2), (key, cfg)
+                    assert cfg.get("DEQUANT") and k % (64 * 2 * 2), (key, cfg)  # (KS 2 needs K % 256 == 0)
                     continue
-                seen.add(bool(cfg.get("NAT")))
+                seen.add((bool(cfg.get("NAT")), cfg.get("KS", 1)))
                 assert item["kernel"].startswith("nvfp4_ws.") and table[item["kernel"]]["num_warps"] == 12
                 assert (item["reduce"] in table) == (cfg.get("SPLIT_K", 1) > 1), item
-    assert seen == {True, False}
+    assert seen == {(True, 1), (False, 1), (False, 2)}
 
 
 @pytest.mark.parametrize("m", [64, 300])
@@ -356,9 +358,10 @@ def test_sk_engine_linears_match_reference(m, fix, sk_engine):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [64, 200, 300])
-@pytest.mark.parametrize("which", [0, 1], ids=["nat", "split"])
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["nat", "split", "ks"])
 def test_ws_engine_linears_match_reference(m, which, ws_engine):
-    """Through CudaLinear (the AOT kernels): the warp-specialized GEMM in natural k order, and split along K."""
+    """Through CudaLinear (the AOT kernels): the warp-specialized GEMM in natural k order, split along K, and RS with
+    two consumer partitions."""
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     check_engine_linears(ws_engine[which], m)
