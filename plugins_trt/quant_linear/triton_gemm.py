@@ -334,11 +334,11 @@ gluon_gemm, the packed blocks and x copied into the ring by a loader partition o
 K % (2 BLOCK_K KS SPLIT_K) == 0). KS 2: two one-warpgroup consumer partitions on the even and odd blocks of a 64-row
 tile. H100 (tools/results/nvfp4_wgmma_ws_rs_h100.json, M 256, same run): 8B qkv 36.7 us (128 x 128 x 128) against
 39.7 shipped, 8B lm_head 419.2 (256 x 128) against 437.4, 27B gate_up 194.2 against 196.4, 27B down 133.4 against
-127.7 (shipped split-K 4)."""
+127.7 (shipped split-K 4). Build candidates (the decoder-partition WS configs above are not)."""
 CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs
-CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk
+CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk + CONFIGS_nvfp4_ws_rs
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
-wgmma kernel ("WGMMA") and its persistent stream-K form ("SK")."""
+wgmma kernel ("WGMMA"), its persistent stream-K form ("SK") and the warp-specialized RS form ("WS" + "RS")."""
 CONFIGS_fp8_gemm = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [
