@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -84,6 +84,21 @@ if [ "$what" = ws ]; then  # the warp-specialized NVFP4 GEMM (gluon_ws; tools/de
         [ "${WS_TESTS:-1}" = 1 ] && timeout ${WS_TEST_TIMEOUT:-150} python3 -m pytest -q -m gpu -p no:cacheprovider \
             tests/runtime/test_linear_tiled.py tests/plugins_trt/test_quant_linear_triton.py \
             -k "ws_engine or (test_gemm_gpu and nvfp4)" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -15
+    fi
+fi
+if [ "$what" = rs ]; then  # the RS / KS warp-specialized GEMM: its check on small shapes (a hang or a wrong result
+    # stops here), the benchmark with it among the candidates, its sweep at M 256, its GPU tests (~9 minutes)
+    timeout ${RS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 14,15,17,20,21,22,23,24 \
+        2>&1 | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
+    if [ "${PIPESTATUS[0]}" = 0 ]; then
+        timeout ${RS_BENCH_TIMEOUT:-330} python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 \
+            | tee "$out/bench_gemm.log" | tail -12
+        timeout ${RS_SWEEP_TIMEOUT:-100} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,15,20,21,22,23,24 \
+            --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down 2>&1 | tee "$out/nvfp4_wgmma_ws.log" \
+            | grep -a " M=\|Error" | tail -30
+        timeout ${RS_TEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+            tests/plugins_trt/test_quant_linear_triton.py -k "ws_engine or (test_gemm_gpu and nvfp4 and aligned)" 2>&1 \
+            | tee "$out/pytest_ws_gpu.log" | tail -8
     fi
 fi
 if [ "$what" = permk ]; then  # the wgmma GEMM's x permutation: the gather, the strided copy, a plain copy
