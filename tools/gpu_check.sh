@@ -87,18 +87,18 @@ if [ "$what" = ws ]; then  # the warp-specialized NVFP4 GEMM (gluon_ws; tools/de
     fi
 fi
 if [ "$what" = rs ]; then  # the RS / KS warp-specialized GEMM: its check on small shapes (a hang or a wrong result
-    # stops here), the benchmark with it among the candidates, its sweep at M 256, its GPU tests (~9 minutes)
+    # stops here), the benchmark with it among the candidates, its GPU tests, its sweep at M 256 (~9 minutes)
     timeout ${RS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 14,15,17,20,21,22,23,24 \
         2>&1 | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
     if [ "${PIPESTATUS[0]}" = 0 ]; then
         timeout ${RS_BENCH_TIMEOUT:-330} python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 \
             | tee "$out/bench_gemm.log" | tail -12
-        timeout ${RS_SWEEP_TIMEOUT:-100} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,15,20,21,22,23,24 \
-            --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down 2>&1 | tee "$out/nvfp4_wgmma_ws.log" \
-            | grep -a " M=\|Error" | tail -30
         timeout ${RS_TEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
             tests/plugins_trt/test_quant_linear_triton.py -k "ws_engine or (test_gemm_gpu and nvfp4 and aligned)" 2>&1 \
             | tee "$out/pytest_ws_gpu.log" | tail -8
+        timeout ${RS_SWEEP_TIMEOUT:-100} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,15,20,21,22,23,24 \
+            --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down 2>&1 | tee "$out/nvfp4_wgmma_ws.log" \
+            | grep -a " M=\|Error" | tail -30
     fi
 fi
 if [ "$what" = permk ]; then  # the wgmma GEMM's x permutation: the gather, the strided copy, a plain copy
