@@ -145,11 +145,12 @@ def _loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_x
 @gluon.jit
 def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, kb, b_lo, KS: gl.constexpr, BN: gl.constexpr,
              BK: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr,
-             aL: gl.constexpr, BITS: gl.constexpr):
+             aL: gl.constexpr, BITS: gl.constexpr, PP: gl.constexpr = False):
     """RS, block kb: wait for its slot, decode the words into the register A operand, issue the wgmma, wait for
     this partition's block before (kb - KS; a_prev, its A operand, is a dependency of that wait, so its registers are
     not reused before) and release that block's slot. Returns (acc, A of kb, a_prev); the caller alternates the two
-    A values (as gluon_gemm._step)."""
+    A values (as gluon_gemm._step). PP (ping-pong, for KS 2): wait for this block's own wgmma and release its slot at
+    once, so that a partition holds one slot, not two, and its decode overlaps the other partition's wgmma."""
     it = kb - b_lo
     slot = it % S
     mbarrier.wait(ready.index(slot), (it // S) & 1)
@@ -158,14 +159,19 @@ def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, kb, b_lo, KS: gl.constexp
     a = gg._a_operand(wd, gg._scales(sr, BN, BK // 8, wL), BN, BK, BK // 32, pL, aL, BITS)
     fence_async_shared()  # the cp.async writes of x (generic proxy) before the wgmma reads them (async proxy)
     acc = warpgroup_mma(a, x_s.index(slot).permute((1, 0)), acc, is_async=True)
-    acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
-    mbarrier.arrive(empty.index((it + S - KS) % S), pred=it >= KS)
+    if PP:
+        acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_prev))
+        mbarrier.arrive(empty.index(slot))
+    else:
+        acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
+        mbarrier.arrive(empty.index((it + S - KS) % S), pred=it >= KS)
     return acc, a, a_prev
 
 
 @gluon.jit
 def _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, P: gl.constexpr, KS: gl.constexpr, BM: gl.constexpr,
-             BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr):
+             BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr,
+             PP: gl.constexpr):
     """RS: acc [BN, BM] fp32 over blocks b_lo + P, b_lo + P + KS, ... < b_hi (an even count), each decoded here
     from the ring's packed words into the register A operand (gluon_gemm's decode-in-the-loop, without its CTA
     barriers and copies)."""
@@ -178,19 +184,21 @@ def _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, P: gl.constexpr, KS: gl.co
     acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
     a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
     for kb in range(b_lo + P, b_hi, 2 * KS):
-        acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, kb, b_lo, KS, BN, BK, S, wL, sL, pL, aL, BITS)
+        acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, kb, b_lo, KS, BN, BK, S, wL, sL, pL, aL, BITS,
+                               PP)
         acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, kb + KS, b_lo, KS, BN, BK, S, wL, sL, pL, aL,
-                               BITS)
+                               BITS, PP)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     return acc
 
 
 @gluon.jit
 def _consumer_rs(w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_hi, KS: gl.constexpr, BM: gl.constexpr,
-                 BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr):
+                 BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr,
+                 PP: gl.constexpr):
     """RS, the default partition: blocks b_lo, b_lo + KS, ...; with KS = 2 it then adds the other consumer's
     accumulator (_consumer_rs_odd, through red_s once `done` completes)."""
-    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 0, KS, BM, BN, BK, S, NW, BITS)
+    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 0, KS, BM, BN, BK, S, NW, BITS, PP)
     if KS == 2:
         mbarrier.wait(done.index(0), 0)
         acc += red_s.load(acc.type.layout)
@@ -199,10 +207,10 @@ def _consumer_rs(w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_hi, KS: gl.co
 
 @gluon.jit
 def _consumer_rs_odd(w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr,
-                     BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr):
+                     BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr, PP: gl.constexpr):
     """RS with KS = 2, a worker partition of NW warps: the odd blocks b_lo + 1, b_lo + 3, ...; its accumulator goes
     to red_s, then one arrival on `done` (after a barrier over the partition)."""
-    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 1, 2, BM, BN, BK, S, NW, BITS)
+    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 1, 2, BM, BN, BK, S, NW, BITS, PP)
     red_s.store(acc)
     mbarrier.arrive(done.index(0))
 
@@ -214,7 +222,7 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, TILED: gl.constexpr = False,
                          SPLIT_K: gl.constexpr = 1, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
                          DREGS: gl.constexpr = 128, NAT: gl.constexpr = False, RS: gl.constexpr = False,
-                         KS: gl.constexpr = 1, KREGS: gl.constexpr = 224):
+                         KS: gl.constexpr = 1, KREGS: gl.constexpr = 224, PP: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual) with the arguments, grid and SPLIT_K partials of
     gluon_gemm.nvfp4_gemm_wgmma_kernel (x k-permuted by permute_k unless NAT), warp-specialized (module docstring):
     num_warps consumer warps (4 or 8: BLOCK_N / 64 warpgroups), DW decoder warps with DREGS registers each.
@@ -224,7 +232,8 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     copies. x k-permuted; K % (2 BLOCK_K SPLIT_K) == 0.
     KS = 2 (RS only): two consumer partitions of num_warps warps each (a second one with KREGS registers) take the
     even and the odd blocks of the same tile and add their accumulators at the end (through shared memory): the
-    decode of one warpgroup-sized tile spread over twice the warps; K % (4 BLOCK_K SPLIT_K) == 0."""
+    decode of one warpgroup-sized tile spread over twice the warps; K % (4 BLOCK_K SPLIT_K) == 0. PP: each consumer
+    waits for its own wgmma before its next decode (_rs_step), holding one ring slot instead of two."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     pid, pk = gl.program_id(0), gl.program_id(1)
@@ -248,16 +257,16 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
             mbarrier.init(done.index(0), count=1)
             acc, = gl.warp_specialize([
                 (_consumer_rs, (w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_lo + per, KS, BLOCK_M, BLOCK_N,
-                                BLOCK_K, STAGES, NW, BITS)),
+                                BLOCK_K, STAGES, NW, BITS, PP)),
                 (_consumer_rs_odd, (w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_lo + per, BLOCK_M, BLOCK_N,
-                                    BLOCK_K, STAGES, NW, BITS)),
+                                    BLOCK_K, STAGES, NW, BITS, PP)),
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
                            pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED)),
             ], [NW, DW], [KREGS, DREGS])
         else:
             acc, = gl.warp_specialize([
                 (_consumer_rs, (w_s, s_s, x_s, ready, empty, w_s, ready, b_lo, b_lo + per, KS, BLOCK_M, BLOCK_N,
-                                BLOCK_K, STAGES, NW, BITS)),  # (red_s, done unused)
+                                BLOCK_K, STAGES, NW, BITS, PP)),  # (red_s, done unused)
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
                            pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED)),
             ], [DW], [DREGS])
@@ -285,7 +294,7 @@ def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = Fal
             "HAS_RESIDUAL": has_residual and split == 1, "TILED": bool(config.get("TILED")), "SPLIT_K": split,
             "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128),
             "NAT": bool(config.get("NAT")), "RS": bool(config.get("RS")), "KS": config.get("KS", 1),
-            "KREGS": config.get("KREGS", 224)}
+            "KREGS": config.get("KREGS", 224), "PP": bool(config.get("PP"))}
 
 
 def supports(config: dict, K: int) -> bool:
