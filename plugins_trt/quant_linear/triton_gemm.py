@@ -324,18 +324,22 @@ CONFIGS_nvfp4_ws_rs = [
     {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": 4, "num_warps": w,
      "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 1}
     for bm, bn, bk, w in [(128, 128, 128, 8), (256, 64, 64, 4), (256, 128, 64, 8)]
-] + [
+]
+CONFIGS_nvfp4_ws_ks = [
     {"WS": True, "RS": True, "KS": 2, "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 4, "num_warps": 4,
      "num_stages": 1, "DW": 4, "DREGS": 56, "KREGS": 224, "SPLIT_K": sk}
     for bm, sk in [(256, 1), (128, 1), (256, 2)]
 ]
 """The warp-specialized GEMM with the decode in the consumers (gluon_ws, RS: the register A operand as
 gluon_gemm, the packed blocks and x copied into the ring by a loader partition of four warps, no CTA barrier a block;
-K % (2 BLOCK_K KS SPLIT_K) == 0). KS 2: two one-warpgroup consumer partitions on the even and odd blocks of a 64-row
-tile. H100 (tools/results/nvfp4_wgmma_ws_rs_h100.json, M 256, same run): 8B qkv 36.7 us (128 x 128 x 128) against
-39.7 shipped, 8B lm_head 419.2 (256 x 128) against 437.4, 27B gate_up 194.2 against 196.4, 27B down 133.4 against
-127.7 (shipped split-K 4). Build candidates (the decoder-partition WS configs above are not)."""
-CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs
+K % (2 BLOCK_K SPLIT_K) == 0). H100 (tools/results/nvfp4_wgmma_ws_rs_h100.json, M 256, same run): 8B qkv 36.7 us
+(128 x 128 x 128) against 39.7 shipped, 8B lm_head 419.2 (256 x 128) against 437.4, 27B gate_up 194.2 against 196.4,
+27B down 133.4 against 127.7 (shipped split-K 4); gemm_h100.json picked RS in three of six M 256 cases. Build
+candidates (the decoder-partition WS configs above are not).
+CONFIGS_nvfp4_ws_ks: RS with two one-warpgroup consumer partitions on the even and odd blocks of a 64-row tile (KS 2,
+K % (4 BLOCK_K SPLIT_K) == 0): correct, 1.5-2x slower than RS on the same H100 (nvfp4_wgmma_ws_ks_h100.json: the two
+consumers hold all four ring slots), so GPU-tested (ws_engine) but not a candidate."""
+CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs + CONFIGS_nvfp4_ws_ks
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk + CONFIGS_nvfp4_ws_rs
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA"), its persistent stream-K form ("SK") and the warp-specialized RS form ("WS" + "RS")."""
