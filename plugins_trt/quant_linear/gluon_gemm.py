@@ -411,14 +411,21 @@ def grid_sk_reduce(config: dict, M: int, N: int) -> tuple[int, int, int]:
 _PERM = {}
 
 
+@gluon.jit
+def k_phys(j, BK: gl.constexpr):
+    """The decode's k order inside a BK block: logical column j (bits s0, i0, i1, s1, r0, rhi from the lowest) holds
+    physical k (BK / 4)(2 i1 + i0) + 4 (2 rhi + r0) + 2 s1 + s0 (gluon_gemv._a_operand). Plain operators only, so
+    that the host evaluates the same source on a torch tensor (`k_phys.fn`, in permutation) that the RS loader's
+    copies run on the GPU (gluon_ws._x_cols)."""
+    return (BK // 4) * (2 * ((j >> 2) & 1) + ((j >> 1) & 1)) + 4 * (2 * (j >> 5) + ((j >> 4) & 1)) \
+        + 2 * ((j >> 3) & 1) + (j & 1)
+
+
 def permutation(K: int, BK: int, device) -> torch.Tensor:
-    """int64 [K]: x_perm[:, j] = x[:, perm[j]], the Gluon GEMV's k order inside every BK block (logical k ->
-    physical (BK/4)·i + 4r + 2·s1 + s0, gluon_gemv._a_operand)."""
+    """int64 [K]: x_perm[:, j] = x[:, perm[j]], the Gluon GEMV's k order inside every BK block (k_phys)."""
     key = (K, BK, str(device))
     if key not in _PERM:
-        k = torch.arange(BK)
-        s0, i0, i1, s1, r0, rhi = k & 1, (k >> 1) & 1, (k >> 2) & 1, (k >> 3) & 1, (k >> 4) & 1, k >> 5
-        phys = (BK // 4) * (2 * i1 + i0) + 4 * (2 * rhi + r0) + 2 * s1 + s0
+        phys = k_phys.fn(torch.arange(BK), BK)
         _PERM[key] = (torch.arange(0, K, BK)[:, None] + phys[None, :]).reshape(-1).to(device)
     return _PERM[key]
 

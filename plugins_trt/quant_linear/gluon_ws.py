@@ -114,24 +114,46 @@ def _consumer(w_s, x_s, ready, empty, b_lo, b_hi, BM: gl.constexpr, BN: gl.const
     return (acc, )  # warp_specialize's default results are a tuple
 
 
+@gluon.constexpr_function
+def x_copy_layout(BK, DW, XP):
+    """The loader's layout of an x block [BM, BK]: 16-byte copies (8 elements a thread), or with XP 4-byte ones (the
+    pairs of k that stay adjacent under the decode's k permutation)."""
+    BK, DW, XP = (getattr(v, "value", v) for v in (BK, DW, XP))
+    per = 2 if XP else 8
+    cols = min(32, BK // per)
+    return gl.BlockedLayout([1, per], [32 // cols, cols], [DW, 1], [1, 0])
+
+
+@gluon.jit
+def _x_cols(BK: gl.constexpr, xcL: gl.constexpr, XP: gl.constexpr):
+    """Column offsets [BK] of x that an x block's columns copy: j itself, or with XP the decode's k order
+    (gluon_gemm.k_phys, the formula permute_k gathers by), so that x needs no permute_k launch."""
+    j = gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))
+    if XP:  # adjacent pairs (s0, the lowest bit of both j and k_phys), each starting at an even k: 4-byte copies.
+        # The hints go on an op made here: on k_phys's value they are lost when the call is inlined.
+        return gl.max_contiguous(gl.multiple_of(((gm.k_phys(j, BK) >> 1) << 1) + (j & 1), 2), 2)
+    else:
+        return j
+
+
 @gluon.jit
 def _loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn, pid_n,
             pid_m, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr,
-            DW: gl.constexpr, TILED: gl.constexpr):
-    """RS: fill slot (kb - b_lo) % S with block kb's packed words, scale bytes and (k-permuted) x by cp.async, for kb
-    in [b_lo, b_hi); every loader thread arrives on the slot's `ready` barrier when its copies have landed."""
+            DW: gl.constexpr, TILED: gl.constexpr, XP: gl.constexpr = False):
+    """RS: fill slot (kb - b_lo) % S with block kb's packed words, scale bytes and x in the decode's k order by
+    cp.async, for kb in [b_lo, b_hi); every loader thread arrives on the slot's `ready` barrier when its copies have
+    landed. x comes k-permuted (permute_k), or with XP as given and permuted by the copies (4-byte ones)."""
     KW: gl.constexpr = BK // 8
     wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [DW, 1], [1, 0])  # 16-byte copies
     scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [DW, 1], [1, 0])  # 4-byte copies
-    xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [DW, 1], [1, 0])  # 16-byte copies
+    xcL: gl.constexpr = x_copy_layout(BK, DW, XP)
     wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
     sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
     wp, sp = gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
                           gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
                           gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
     xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
-    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
-        + gl.arange(0, BK, layout=gl.SliceLayout(0, xcL))[None, :]
+    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm + _x_cols(BK, xcL, XP)[None, :]
     for kb in range(b_lo, b_hi):
         it = kb - b_lo
         slot = it % S
@@ -222,7 +244,8 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, TILED: gl.constexpr = False,
                          SPLIT_K: gl.constexpr = 1, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
                          DREGS: gl.constexpr = 128, NAT: gl.constexpr = False, RS: gl.constexpr = False,
-                         KS: gl.constexpr = 1, KREGS: gl.constexpr = 224, PP: gl.constexpr = False):
+                         KS: gl.constexpr = 1, KREGS: gl.constexpr = 224, PP: gl.constexpr = False,
+                         XP: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual) with the arguments, grid and SPLIT_K partials of
     gluon_gemm.nvfp4_gemm_wgmma_kernel (x k-permuted by permute_k unless NAT), warp-specialized (module docstring):
     num_warps consumer warps (4 or 8: BLOCK_N / 64 warpgroups), DW decoder warps with DREGS registers each.
@@ -233,7 +256,8 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     KS = 2 (RS only): two consumer partitions of num_warps warps each (a second one with KREGS registers) take the
     even and the odd blocks of the same tile and add their accumulators at the end (through shared memory): the
     decode of one warpgroup-sized tile spread over twice the warps; K % (4 BLOCK_K SPLIT_K) == 0. PP: each consumer
-    waits for its own wgmma before its next decode (_rs_step), holding one ring slot instead of two."""
+    waits for its own wgmma before its next decode (_rs_step), holding one ring slot instead of two. XP (RS only): x
+    as given, put in the decode's k order by the loader's copies (_x_cols), no permute_k launch."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     pid, pk = gl.program_id(0), gl.program_id(1)
@@ -261,14 +285,14 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                 (_consumer_rs_odd, (w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_lo + per, BLOCK_M, BLOCK_N,
                                     BLOCK_K, STAGES, NW, BITS, PP)),
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
-                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED)),
+                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
             ], [NW, DW], [KREGS, DREGS])
         else:
             acc, = gl.warp_specialize([
                 (_consumer_rs, (w_s, s_s, x_s, ready, empty, w_s, ready, b_lo, b_lo + per, KS, BLOCK_M, BLOCK_N,
                                 BLOCK_K, STAGES, NW, BITS, PP)),  # (red_s, done unused)
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
-                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED)),
+                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
             ], [DW], [DREGS])
     else:
         w_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K],
@@ -294,7 +318,7 @@ def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = Fal
             "HAS_RESIDUAL": has_residual and split == 1, "TILED": bool(config.get("TILED")), "SPLIT_K": split,
             "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128),
             "NAT": bool(config.get("NAT")), "RS": bool(config.get("RS")), "KS": config.get("KS", 1),
-            "KREGS": config.get("KREGS", 224), "PP": bool(config.get("PP"))}
+            "KREGS": config.get("KREGS", 224), "PP": bool(config.get("PP")), "XP": bool(config.get("XP"))}
 
 
 def supports(config: dict, K: int) -> bool:
@@ -304,8 +328,8 @@ def supports(config: dict, K: int) -> bool:
 
 
 def x_operand(x: torch.Tensor, config: dict, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The activation as a WS config's kernel reads it: as given (NAT) or in the decode's k order (permute_k)."""
-    return x.contiguous() if config.get("NAT") else gm.permute_k(x, config["BLOCK_K"], out)
+    """The activation as a WS config's kernel reads it: as given (NAT, XP) or in the decode's k order (permute_k)."""
+    return x.contiguous() if config.get("NAT") or config.get("XP") else gm.permute_k(x, config["BLOCK_K"], out)
 
 
 def signature_nvfp4_gemm_ws(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):

@@ -50,3 +50,30 @@ def test_ws_gemm_barrier_counts_match_the_ptx(index):
         assert arrive["predicated"], facts
     counts = sorted(int(re.search(r"(\d+);", a["bar_before"]).group(1)) for a in facts["arrives"])
     assert counts == sorted([consumers, decoder]), facts
+
+
+def test_xp_copies_x_in_the_decode_order_four_bytes_at_a_time():
+    """XP (the k permutation folded into the RS loader's x copies): the copies are 4-byte cp.async (the contiguity
+    hints hold: two adjacent k a pair, so 2 BM BK / 4 bytes of x a block in 4-byte copies), and the host hands the
+    kernel x as given. The permutation itself is gluon_gemm.k_phys, the formula permute_k gathers by (checked against
+    the strided-copy form in test_nvfp4_wgmma_gemm)."""
+    import torch
+
+    from atlas.plugins_trt.quant_linear.gluon_ws import x_operand
+    from atlas.tools.dev.nvfp4_wgmma_ws import configs
+
+    index = next(i for i, c in enumerate(configs()) if c.get("XP") and c["BLOCK_M"] == 256 and not c.get("KS"))
+    cfg = configs()[index]
+    out = run_compiled(
+        "import os, subprocess, tempfile, triton\n"
+        "from atlas.tools.dev.nvfp4_wgmma_ws import configs, compile_sm90\n"
+        f"c = compile_sm90(configs()[{index}])\n"
+        "tool = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')\n"
+        "f = tempfile.NamedTemporaryFile(suffix='.cubin', delete=False); f.write(c.asm['cubin']); f.close()\n"
+        "s = subprocess.run([tool, '-sass', f.name], capture_output=True, text=True).stdout\n"
+        "print(s.count('LDGSTS.E '), s.count('LDGSTS.E.BYPASS.128'))")
+    four, sixteen = (int(v) for v in out.split()[-2:])
+    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_K"] // 2 // (32 * cfg["DW"])  # 4-byte x copies a loader thread
+    assert four >= per_thread, out
+    x = torch.randn(3, 4 * cfg["BLOCK_K"]).to(torch.bfloat16)
+    assert torch.equal(x_operand(x, cfg), x)

@@ -46,7 +46,11 @@ def configs() -> list[dict]:
     ks += [{**ks[0], "SPLIT_K": 2}, {**ks[1], "SPLIT_K": 2}]
     pp = [{**ks[0], "PP": True}, {**ks[1], "PP": True}, {**ks[0], "PP": True, "STAGES": 3},
           {**ks[0], "PP": True, "SPLIT_K": 2}, {**rs[0], "SPLIT_K": 2}]
-    # 25..28: KS 2 ping-pong (each consumer waits for its own wgmma: one slot held, not two); 29: RS split-K 2
+    pp += [{**rs[0], "XP": True, "DREGS": 96}, {**rs[1], "XP": True, "DREGS": 152},
+           {**rs[3], "XP": True, "DREGS": 152}, {**pp[0], "XP": True, "DREGS": 152, "KREGS": 176}]
+    # 25..28: KS 2 ping-pong (each consumer waits for its own wgmma: one slot held, not two); 29: RS split-K 2;
+    # 30..33: XP, x permuted by the loader's copies (no permute_k launch; 4-byte copies, so the loader needs 96-152
+    # registers: 64 spill)
     # KS 2 (indices 20..24): two one-warpgroup consumers on the even and odd blocks of a 64-row tile (23, 24: and
     # SPLIT_K 2, for the long-K shapes with few tiles)
     return out + nat + [{**out[7], "NAT": True}] + rs + ks + pp  # and with eight decoder warps (BLOCK_N >= 128)
@@ -160,7 +164,8 @@ def main() -> None:
 
     def tag(kind, cfg):
         form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "") \
-            + (f" ks{cfg['KS']}" if "KS" in cfg else "") + (" pp" if cfg.get("PP") else "")
+            + (f" ks{cfg['KS']}" if "KS" in cfg else "") + (" pp" if cfg.get("PP") else "") \
+            + (" xp" if cfg.get("XP") else "")
         return (f"{kind}{form} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} "
                 f"w{cfg['num_warps']} sk{cfg.get('SPLIT_K', 1)}")
 
