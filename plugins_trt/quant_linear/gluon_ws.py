@@ -1,4 +1,4 @@
-"""NVFP4 GEMM for M >= 64 in Gluon, warp-specialized: one partition decodes, the other multiplies.
+"""NVFP4 GEMM for M >= 64 in Gluon, warp-specialized: the decode, the copies and the wgmma in separate warps.
 
 gluon_gemm.nvfp4_gemm_wgmma_kernel decodes each weight block in the warps that issue the wgmma (register A operand)
 and syncs the whole CTA once a block; Nsight Compute put its tensor pipe at about half of peak on the SMs it uses
@@ -16,8 +16,16 @@ and syncs the whole CTA once a block; Nsight Compute put its tensor pipe at abou
   has completed, release that slot (`empty`, count 1: Triton syncs the partition first, then thread 0 arrives, so
   every warpgroup is past its wgmma wait).
 
+RS (the form among the build's candidates, triton_gemm.CONFIGS_nvfp4_ws_rs) splits the work the other way: the
+consumers decode into the register A operand as gluon_gemm does and issue the RS wgmma; a loader partition only copies
+the packed words, scale bytes and x into the ring (_loader, `ready` counts 32 DW cp.async arrivals). Variants: KS 2
+(two consumer partitions on the even and odd blocks of one tile, accumulators added through shared memory; PP: each
+waits for its own wgmma and releases its slot at once) and XP (the loader copies x in the decode's k order itself,
+4-byte copies, so the host's permute_k launch goes).
+
 The epilogue is the shipped kernel's (gluon_gemv._store_out). tests/tools/test_nvfp4_wgmma_ws.py checks the PTX for
-the barrier structure the counts rely on; `python -m atlas.tools.dev.nvfp4_wgmma_ws` checks and times it on the GPU.
+the barrier structure the counts rely on; `python -m atlas.tools.dev.nvfp4_wgmma_ws` checks and times it on the GPU
+(measurements: NOTES.md, 2026-12-06).
 """
 
 from __future__ import annotations
