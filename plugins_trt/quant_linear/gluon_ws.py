@@ -1,4 +1,5 @@
-"""NVFP4 GEMM for M >= 64 in Gluon, warp-specialized: the decode, the copies and the wgmma in separate warps.
+"""NVFP4 GEMM for M >= 64 in Gluon, warp-specialized: the copies (and in one form the decode) in other warps than the
+wgmma.
 
 gluon_gemm.nvfp4_gemm_wgmma_kernel decodes each weight block in the warps that issue the wgmma (register A operand)
 and syncs the whole CTA once a block; Nsight Compute put its tensor pipe at about half of peak on the SMs it uses
