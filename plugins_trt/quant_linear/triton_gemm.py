@@ -339,7 +339,11 @@ candidates (the decoder-partition WS configs above are not).
 CONFIGS_nvfp4_ws_ks: RS with two one-warpgroup consumer partitions on the even and odd blocks of a 64-row tile (KS 2,
 K % (4 BLOCK_K SPLIT_K) == 0): correct, 1.5-2x slower than RS on the same H100 (nvfp4_wgmma_ws_ks_h100.json: the two
 consumers hold all four ring slots), so GPU-tested (ws_engine) but not a candidate."""
-CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs + CONFIGS_nvfp4_ws_ks
+CONFIGS_nvfp4_ws_xp = [{**CONFIGS_nvfp4_ws_rs[0], "XP": True, "DREGS": 96},
+                       {**CONFIGS_nvfp4_ws_rs[2], "XP": True, "DREGS": 152}]
+"""RS with XP: x as given, put in the decode's k order by the loader's 4-byte copies (no permute_k launch; the loader
+needs 96-152 registers). Compiled and CPU-tested, not yet run on a GPU: not a candidate."""
+CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs + CONFIGS_nvfp4_ws_ks + CONFIGS_nvfp4_ws_xp
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk + CONFIGS_nvfp4_ws_rs
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
 wgmma kernel ("WGMMA"), its persistent stream-K form ("SK") and the warp-specialized RS form ("WS" + "RS")."""

@@ -57,17 +57,18 @@ def sk_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ws_engine(tmp_path_factory):
-    """Three tiny-llama-wide engines whose GEMM buckets take the warp-specialized GEMM (gluon_ws): in natural k order,
-    in the decode's order split in two along K, and RS with two consumer partitions (KS 2); the packed dequantization
-    where K does not allow it."""
+    """Four tiny-llama-wide engines whose GEMM buckets take the warp-specialized GEMM (gluon_ws): in natural k order,
+    in the decode's order split in two along K, RS with two consumer partitions (KS 2), and RS with x permuted by its
+    loader (XP); the packed dequantization where K does not allow it."""
     nat = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("NAT"))
     split = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("SPLIT_K", 1) > 1 and not c.get("NAT"))
     ks = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("KS") == 2 and c["SPLIT_K"] == 1)
+    xp = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("XP"))
     tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
     mp = pytest.MonkeyPatch()
     engines = []
     try:
-        for name, cfg in (("ws", nat), ("wssplit", split), ("wsks", ks)):
+        for name, cfg in (("ws", nat), ("wssplit", split), ("wsks", ks), ("wsxp", xp)):
             mp.setattr(GM, "CONFIGS_nvfp4_gemm", [cfg, tile])
             engines.append(build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp(name) / "e",
                                              dtype="nvfp4", device="cuda", autotune=False, progress=False)))
@@ -230,16 +231,16 @@ def test_ws_in_the_plan(ws_engine):
                 if not cfg.get("WS"):
                     assert cfg.get("DEQUANT") and k % (64 * 2 * 2), (key, cfg)  # (KS 2 needs K % 256 == 0)
                     continue
-                seen.add((bool(cfg.get("NAT")), cfg.get("KS", 1)))
+                seen.add((bool(cfg.get("NAT")), cfg.get("KS", 1), bool(cfg.get("XP"))))
                 assert item["kernel"].startswith("nvfp4_ws.") and table[item["kernel"]]["num_warps"] == 12
                 assert (item["reduce"] in table) == (cfg.get("SPLIT_K", 1) > 1), item
-    assert seen == {(True, 1), (False, 1), (False, 2)}
+    assert seen == {(True, 1, False), (False, 1, False), (False, 2, False), (False, 1, True)}
 
 
 @pytest.mark.parametrize("m", [64, 300])
 def test_ws_launch_arguments(m, ws_engine):
-    """CudaLinear hands the NAT kernel x itself and the other one x in the decode's k order (permute_k), with the
-    grid of the wgmma kernel; a split bucket's partials go to the reduction."""
+    """CudaLinear hands the NAT and XP kernels x itself and the others x in the decode's k order (permute_k), with
+    the grid of the wgmma kernel; a split bucket's partials go to the reduction."""
     from atlas.plugins_trt.quant_linear import gluon_gemm as gm
 
     for result in ws_engine:
@@ -247,7 +248,7 @@ def test_ws_launch_arguments(m, ws_engine):
         cfg = item["config"]
         (name, grid, args), *rest = calls
         assert name == item["kernel"] and grid == gm.grid_wgmma(cfg, m, n) and args["M"] == m
-        want = x if cfg.get("NAT") else gm.permute_k(x, cfg["BLOCK_K"])
+        want = x if cfg.get("NAT") or cfg.get("XP") else gm.permute_k(x, cfg["BLOCK_K"])
         assert torch.equal(args["x_ptr"], want) and args["stride_xm"] == k
         if cfg.get("SPLIT_K", 1) > 1:
             (rname, _, rargs), = rest
@@ -358,10 +359,10 @@ def test_sk_engine_linears_match_reference(m, fix, sk_engine):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [64, 200, 300])
-@pytest.mark.parametrize("which", [0, 1, 2], ids=["nat", "split", "ks"])
+@pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["nat", "split", "ks", "xp"])
 def test_ws_engine_linears_match_reference(m, which, ws_engine):
-    """Through CudaLinear (the AOT kernels): the warp-specialized GEMM in natural k order, split along K, and RS with
-    two consumer partitions."""
+    """Through CudaLinear (the AOT kernels): the warp-specialized GEMM in natural k order, split along K, RS with two
+    consumer partitions, and RS with x permuted by its loader."""
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     check_engine_linears(ws_engine[which], m)
