@@ -103,10 +103,10 @@ if [ "$what" = rs ]; then  # the RS / KS warp-specialized GEMM: its check on sma
 fi
 if [ "$what" = rsnext ]; then  # PP, RS split-K 2 and XP (written 2026-12-06 after the device time ran out): their
     # check on small shapes, the M 256 sweep beside RS and the shipped config, then the WS engines' GPU tests (XP too)
-    timeout ${RS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 25,26,27,28,29,30,31,32,33 \
+    timeout ${RS_CHECK_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 25,26,27,28,29,30,31,32,33,34,35 \
         2>&1 | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
     if [ "${PIPESTATUS[0]}" = 0 ]; then
-        timeout ${RS_SWEEP_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,25,26,29,30,31,32,33 \
+        timeout ${RS_SWEEP_TIMEOUT:-240} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,25,26,29,30,31,32,33,34,35 \
             --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,llama-3.1-8b.lm_head 2>&1 \
             | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -40
         timeout ${RS_TEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \

@@ -48,9 +48,11 @@ def configs() -> list[dict]:
           {**ks[0], "PP": True, "SPLIT_K": 2}, {**rs[0], "SPLIT_K": 2}]
     pp += [{**rs[0], "XP": True, "DREGS": 96}, {**rs[1], "XP": True, "DREGS": 152},
            {**rs[3], "XP": True, "DREGS": 152}, {**pp[0], "XP": True, "DREGS": 152, "KREGS": 176}]
+    pp += [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}]
     # 25..28: KS 2 ping-pong (each consumer waits for its own wgmma: one slot held, not two); 29: RS split-K 2;
     # 30..33: XP, x permuted by the loader's copies (no permute_k launch; 4-byte copies, so the loader needs 96-152
-    # registers: 64 spill)
+    # registers: 64 spill); 34, 35: KS 2 at 128 x 64 with six slots (two free for the loader while each consumer
+    # holds two), without and with PP
     # KS 2 (indices 20..24): two one-warpgroup consumers on the even and odd blocks of a 64-row tile (23, 24: and
     # SPLIT_K 2, for the long-K shapes with few tiles)
     return out + nat + [{**out[7], "NAT": True}] + rs + ks + pp  # and with eight decoder warps (BLOCK_N >= 128)
