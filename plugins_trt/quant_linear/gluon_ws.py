@@ -333,7 +333,8 @@ def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = Fal
 def supports(config: dict, K: int) -> bool:
     """Whether a WS config can serve K: whole blocks in each of SPLIT_K equal ranges (RS: an even number for each of
     its KS consumers)."""
-    return K % (config["BLOCK_K"] * config.get("SPLIT_K", 1) * (2 * config.get("KS", 1) if config.get("RS") else 1)) == 0
+    blocks = 2 * config.get("KS", 1) if config.get("RS") else 1  # RS: an even count for each consumer
+    return K % (config["BLOCK_K"] * config.get("SPLIT_K", 1) * blocks) == 0
 
 
 def x_operand(x: torch.Tensor, config: dict, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -23,8 +23,9 @@ def test_ws_gemm_compiles_without_spills():
         assert "STACK:0" in line and "LOCAL:0" in line, line
 
 
-@pytest.mark.parametrize("index", [0, 1, 7, 8, 14, 15, 20])  # two consumer warpgroups, one, two decoder warpgroups; RS
-# with two consumer warpgroups and one; RS with two one-warpgroup consumer partitions (KS 2)
+# two consumer warpgroups, one, two decoder warpgroups; RS with two consumer warpgroups and one; RS with two
+# one-warpgroup consumer partitions (KS 2), and with PP
+@pytest.mark.parametrize("index", [0, 1, 7, 8, 14, 15, 20, 25, 35])
 def test_ws_gemm_barrier_counts_match_the_ptx(index):
     from atlas.tools.dev.nvfp4_wgmma_ws import configs
 
