@@ -1,7 +1,8 @@
 """Experiment helper (CPU): a model of the RS warp-specialized GEMM's ring protocol
-(plugins_trt/quant_linear/gluon_ws.py), run over random interleavings to check what the GPU cannot show cheaply: that it never deadlocks, that no barrier
-wait passes on the wrong round's phase, that a slot is refilled only after every wgmma reading it has completed, and
-how far the loader can run ahead of the consumers (the KS 2 slowdown: each consumer holding two of four slots).
+(plugins_trt/quant_linear/gluon_ws.py), run over random interleavings to check what the GPU cannot show cheaply: that
+it never deadlocks, that no barrier wait passes on the wrong round's phase, that a slot is refilled only after every
+wgmma reading it has completed, and how far the loader can run ahead of the consumers (the KS 2 slowdown: each
+consumer holding two of four slots).
 
 The model keeps the kernel's index arithmetic:
   * loader, block g (g = kb - b_lo): wait `empty[g % S]` for parity ((g // S) & 1) ^ 1, copy, arrive on
