@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -111,6 +111,16 @@ if [ "$what" = rsnext ]; then  # PP, RS split-K 2 and XP (written 2026-12-06 aft
             | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -40
         timeout ${RS_TEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
             -k "ws_engine" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -8
+    fi
+fi
+if [ "$what" = rssk ]; then  # RS on the persistent stream-K grid (gluon_ws.nvfp4_gemm_rs_sk_kernel, written 2026-12-06
+    # after the device time ran out): its check on small shapes (every tile shared), then M 256 beside RS and shipped
+    timeout ${RS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 36,37,38,39 2>&1 \
+        | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
+    if [ "${PIPESTATUS[0]}" = 0 ]; then
+        timeout ${RS_SWEEP_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,36,37,38,39 \
+            --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,qwen3.5-27b.gate_up 2>&1 \
+            | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -30
     fi
 fi
 if [ "$what" = permk ]; then  # the wgmma GEMM's x permutation: the gather, the strided copy, a plain copy

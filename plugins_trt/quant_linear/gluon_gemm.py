@@ -35,6 +35,18 @@ def out_layout(BN, NW):
     return gl.BlockedLayout([8, 1], [tn, 32 // tn], [1, NW], [0, 1])
 
 
+@gluon.constexpr_function
+def wgmma_layouts(BN, BM, BK, NW):
+    """The decode-in-the-loop wgmma kernels' layouts: (accumulator [BN, BM], register A operand, words, scales,
+    pairs)."""
+    BN, BM, BK, NW = (getattr(v, "value", v) for v in (BN, BM, BK, NW))
+    acc = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
+    layouts = (acc, gl.DotOperandLayout(operand_index=0, parent=acc, k_width=2),
+               gg.words_layout(BN, BK // 8, NW, False), gg.words_layout(BN, BK // 8, NW, True),
+               gg.pairs_layout(BN, BK, NW))
+    return gl.tuple([gl.constexpr(v) for v in layouts])  # a tuple of constexprs, unpacked in the kernels
+
+
 @gluon.jit
 def _woff(kb, BK: gl.constexpr, TILED: gl.constexpr):
     """int32-word offset of weight block kb (BK columns) from a row's block 0: row-major BK / 8 words a block;
@@ -139,11 +151,7 @@ def _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn
     and every wgmma reading it has completed when this returns, so the next call may refill it."""
     KW: gl.constexpr = BK // 8
     RP: gl.constexpr = BK // 32
-    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
-    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
-    wL: gl.constexpr = gg.words_layout(BN, KW, NW, False)
-    sL: gl.constexpr = gg.words_layout(BN, KW, NW, True)
-    pL: gl.constexpr = gg.pairs_layout(BN, BK, NW)
+    acc_l, aL, wL, sL, pL = wgmma_layouts(BN, BM, BK, NW)
     xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [NW, 1], [1, 0])  # 16-byte copies
 
     w_rows, s_rows, x_rows = _tile_ptrs(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m,
@@ -250,6 +258,58 @@ def sk_owners(u, NP, T, G):
 
 
 @gluon.jit
+def sk_item(i, it, end, n_dp, pid, G, DP, NP):
+    """The next work item of a persistent program (sk_walk's share): data-parallel
+    tile pid + i G while i < n_dp, then the stream-K range [it, end) of block pairs tile by tile. Returns (tile,
+    first pair, end pair, next i, next it)."""
+    if i < n_dp:
+        t = pid + i * G
+        p0 = 0
+        p1 = NP
+        i += 1
+    else:
+        u = it // NP
+        t = DP + u
+        p0 = it - u * NP
+        p1 = gl.minimum(NP, p0 + end - it)
+        it += p1 - p0
+    return t, p0, p1, i, it
+
+
+@gluon.jit
+def sk_walk(M, N, K, DP, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr):
+    """A persistent program's share of the work (the same in every partition of a warp-specialized kernel):
+    (program, programs, data-parallel tiles, stream-K range start and end, pairs a tile, M tiles). The data-parallel
+    tiles are pid, pid + G, ... < DP; the T = (tiles - DP) x pairs block pairs of the rest are cut into
+    Gs = min(G, T) equal ranges [c T / Gs, (c + 1) T / Gs) (empty for pid >= Gs)."""
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
+    n_m = gl.cdiv(M, BM)
+    NP = K // (2 * BK)
+    n_dp = gl.maximum(DP - pid + G - 1, 0) // G
+    T = (gl.cdiv(N, BN) * n_m - DP) * NP
+    Gs = gl.maximum(gl.minimum(G, T), 1)
+    return pid, G, n_dp, gl.minimum(pid, Gs) * T // Gs, gl.minimum(pid + 1, Gs) * T // Gs, NP, n_m
+
+
+@gluon.jit
+def sk_store(y, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+             BM: gl.constexpr, BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr,
+             HAS_RESIDUAL: gl.constexpr):
+    """A persistent program's work item done (y [BN, BM] in the epilogue layout oL): a whole tile stored (scale, bias,
+    residual), a part of one to part_ptr [G, 2, BM, BN] as the raw accumulator: slot 0 for a part that starts inside
+    the tile (the program's first), 1 for one that starts at its first pair (its last). nvfp4_gemm_wgmma_sk_kernel
+    keeps the same two cases inline (its FIX follows the part's store; its sm_90 code is the measured one)."""
+    on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+    om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+    if (p0 == 0) & (p1 == NP):
+        gg._store_out(y, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                      stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+    else:  # a part [m, n]: n contiguous, as the epilogue layout stores
+        gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN) + om[None, :] * BN + on[:, None], y)
+
+
+@gluon.jit
 def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
                                M, N, K, DP, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
@@ -273,47 +333,30 @@ def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr,
     NW: gl.constexpr = gl.num_warps()
     BN: gl.constexpr = BLOCK_N
     BM: gl.constexpr = BLOCK_M
-    pid = gl.program_id(0)
-    G = gl.num_programs(0)
-    n_m = gl.cdiv(M, BM)
-    NP = K // (2 * BLOCK_K)  # block pairs a tile
+    pid, G, n_dp, it, end, NP, n_m = sk_walk(M, N, K, DP, BM, BN, BLOCK_K)
     x_s, w_s, s_s = _ring(BM, BN, BLOCK_K, STAGES, W_SMEM)
     oL: gl.constexpr = out_layout(BN, NW)
     on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
     om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
     offs = om[None, :] * BN + on[:, None]  # a part [m, n]: n contiguous, as the epilogue layout stores
-    n_dp = gl.maximum(DP - pid + G - 1, 0) // G  # data-parallel tiles pid, pid + G, ... < DP
-    T = (gl.cdiv(N, BN) * n_m - DP) * NP
-    Gs = gl.maximum(gl.minimum(G, T), 1)
-    it = gl.minimum(pid, Gs) * T // Gs  # then the stream-K range of block pairs [it, end) (empty for pid >= Gs)
-    end = gl.minimum(pid + 1, Gs) * T // Gs
     i = 0
     while (i < n_dp) | (it < end):  # one work item a step (one copy of the K loop in the kernel)
-        if i < n_dp:
-            t = pid + i * G
-            p0 = 0
-            p1 = NP
-        else:
-            u = it // NP
-            t = DP + u
-            p0 = it - u * NP
-            p1 = gl.minimum(NP, p0 + end - it)
-            it += p1 - p0
-        i += 1
+        t, p0, p1, i, it = sk_item(i, it, end, n_dp, pid, G, DP, NP)
         acc = _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn, stride_sn, t // n_m,
                         t % n_m, 2 * p0, 2 * p1, BM, BN, BLOCK_K, STAGES, NW, W_SMEM, TILED, BITS)
         y = gl.convert_layout(acc, oL)
         if (p0 == 0) & (p1 == NP):
             gg._store_out(y, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr, res_ptr,
                           out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
-        else:
+        else:  # (sk_store's two cases, kept inline here: this kernel's measured sm_90 code)
             gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN) + offs, y)
             if FIX:
                 _fence()
                 gl.thread_barrier()
                 u = t - DP
                 old = gl.atomic_add(cnt_ptr + u, 1, sem="acq_rel", scope="gpu")
-                c_first, c_last = sk_owners(u, NP, T, Gs)
+                T = (gl.cdiv(N, BN) * n_m - DP) * NP  # sk_walk's pairs and ranges
+                c_first, c_last = sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
                 if old == c_last - c_first:  # every other part is in: sum them in program order
                     _fence()
                     tot = gl.load(part_ptr + (c_first * 2 + 1) * (BM * BN) + offs, cache_modifier=".cg")

@@ -174,15 +174,15 @@ def _loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_x
 
 
 @gluon.jit
-def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, kb, b_lo, KS: gl.constexpr, BN: gl.constexpr,
+def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, it, rel, KS: gl.constexpr, BN: gl.constexpr,
              BK: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr,
              aL: gl.constexpr, BITS: gl.constexpr, PP: gl.constexpr = False):
-    """RS, block kb: wait for its slot, decode the words into the register A operand, issue the wgmma, wait for
-    this partition's block before (kb - KS; a_prev, its A operand, is a dependency of that wait, so its registers are
-    not reused before) and release that block's slot. Returns (acc, A of kb, a_prev); the caller alternates the two
-    A values (as gluon_gemm._step). PP (ping-pong, for KS 2): wait for this block's own wgmma and release its slot at
-    once, so that a partition holds one slot, not two, and its decode overlaps the other partition's wgmma."""
-    it = kb - b_lo
+    """RS, the block at ring position `it` (the count of blocks through the ring before it): wait for its slot,
+    decode the words into the register A operand, issue the wgmma, wait for this partition's block before (it - KS;
+    a_prev, its A operand, is a dependency of that wait, so its registers are not reused before) and release that
+    block's slot if `rel`. Returns (acc, A of this block, a_prev); the caller alternates the two A values (as
+    gluon_gemm._step). PP (ping-pong, for KS 2): wait for this block's own wgmma and release its slot at once, so
+    that a partition holds one slot, not two, and its decode overlaps the other partition's wgmma."""
     slot = it % S
     mbarrier.wait(ready.index(slot), (it // S) & 1)
     wd = w_s.index(slot).load(wL)
@@ -195,7 +195,7 @@ def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, kb, b_lo, KS: gl.constexp
         mbarrier.arrive(empty.index(slot))
     else:
         acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
-        mbarrier.arrive(empty.index((it + S - KS) % S), pred=it >= KS)
+        mbarrier.arrive(empty.index((it + S - KS) % S), pred=rel)
     return acc, a, a_prev
 
 
@@ -206,19 +206,15 @@ def _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, P: gl.constexpr, KS: gl.co
     """RS: acc [BN, BM] fp32 over blocks b_lo + P, b_lo + P + KS, ... < b_hi (an even count), each decoded here
     from the ring's packed words into the register A operand (gluon_gemm's decode-in-the-loop, without its CTA
     barriers and copies)."""
-    KW: gl.constexpr = BK // 8
-    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
-    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
-    wL: gl.constexpr = gg.words_layout(BN, KW, NW, False)
-    sL: gl.constexpr = gg.words_layout(BN, KW, NW, True)
-    pL: gl.constexpr = gg.pairs_layout(BN, BK, NW)
+    acc_l, aL, wL, sL, pL = gm.wgmma_layouts(BN, BM, BK, NW)
     acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
     a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
     for kb in range(b_lo + P, b_hi, 2 * KS):
-        acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, kb, b_lo, KS, BN, BK, S, wL, sL, pL, aL, BITS,
-                               PP)
-        acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, kb + KS, b_lo, KS, BN, BK, S, wL, sL, pL, aL,
+        it = kb - b_lo
+        acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, it, it >= KS, KS, BN, BK, S, wL, sL, pL, aL,
                                BITS, PP)
+        acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, it + KS, it + KS >= KS, KS, BN, BK, S, wL, sL,
+                               pL, aL, BITS, PP)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     return acc
 
@@ -317,6 +313,142 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                   (pid // n_m) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, oL)),
                   (pid % n_m) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr,
                   bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
+@gluon.jit
+def _sk_loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, stride_xm, stride_wn, stride_sn,
+               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, DW: gl.constexpr,
+               TILED: gl.constexpr, XP: gl.constexpr):
+    """_loader over a persistent program's work items: the ring position g counts every block the program takes."""
+    KW: gl.constexpr = BK // 8
+    wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [DW, 1], [1, 0])
+    scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [DW, 1], [1, 0])
+    xcL: gl.constexpr = x_copy_layout(BK, DW, XP)
+    pid, G, n_dp, it, end, NP, n_m = gm.sk_walk(M, N, K, DP, BM, BN, BK)
+    i = 0
+    g = 0
+    while (i < n_dp) | (it < end):
+        t, p0, p1, i, it = gm.sk_item(i, it, end, n_dp, pid, G, DP, NP)
+        wr = gl.minimum((t // n_m) * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
+        sq = gl.minimum((t // n_m) * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
+        wp, sp = gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
+                              gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
+                              gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK,
+                              TILED)
+        xm = (t % n_m) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
+        x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm + _x_cols(BK, xcL, XP)[None, :]
+        for kb in range(2 * p0, 2 * p1):
+            slot = g % S
+            mbarrier.wait(empty.index(slot), ((g // S) & 1) ^ 1)
+            async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + kb * BK)
+            async_copy.async_copy_global_to_shared(w_s.index(slot), wp + gm._woff(kb, BK, TILED))
+            async_copy.async_copy_global_to_shared(s_s.index(slot), sp + gm._soff(kb, BK, TILED))
+            async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+            g += 1
+
+
+@gluon.jit
+def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, M, N, K, DP, stride_rm,
+                 stride_om, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr,
+                 HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, BITS: gl.constexpr):
+    """The RS consumers over a persistent program's work items: each item's blocks through _rs_step (its first
+    block releases nothing: the item before released its last one after its final wait), then the item's epilogue
+    here (gluon_gemm.sk_store: a whole tile stored, a part to part_ptr for sk_reduce_kernel)."""
+    acc_l, aL, wL, sL, pL = gm.wgmma_layouts(BN, BM, BK, NW)
+    oL: gl.constexpr = gm.out_layout(BN, NW)
+    pid, G, n_dp, it, end, NP, n_m = gm.sk_walk(M, N, K, DP, BM, BN, BK)
+    i = 0
+    g = 0
+    while (i < n_dp) | (it < end):
+        t, p0, p1, i, it = gm.sk_item(i, it, end, n_dp, pid, G, DP, NP)
+        acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
+        a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
+        for q in range(p0, p1):  # two blocks a step (a pair), as _rs_loop
+            acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, g, q > p0, 1, BN, BK, S, wL, sL, pL, aL,
+                                   BITS)
+            acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, g + 1, True, 1, BN, BK, S, wL, sL, pL,
+                                   aL, BITS)
+            g += 2
+        acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
+        mbarrier.arrive(empty.index((g + S - 1) % S))  # the item's last block: its wgmma has completed
+        gm.sk_store(gl.convert_layout(acc, oL), t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr,
+                    out_ptr, stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+    return ()
+
+
+@gluon.jit
+def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr,
+                            M, N, K, DP, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                            STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                            TILED: gl.constexpr = False, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
+                            DREGS: gl.constexpr = 64, XP: gl.constexpr = False):
+    """RS (nvfp4_gemm_ws_kernel's consumers and loader) on gluon_gemm.nvfp4_gemm_wgmma_sk_kernel's persistent grid and
+    work walk: G programs, the first DP tiles whole, the rest as equal ranges of block pairs; the parts of shared
+    tiles go to part_ptr for triton_gemv.sk_reduce_kernel (no FIX). The ring runs on across a program's items; each
+    item's epilogue is in the consumer partition. x k-permuted (permute_k) unless XP; K % (2 BLOCK_K) == 0."""
+    NW: gl.constexpr = gl.num_warps()
+    shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K],
+                                    gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+    w_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BLOCK_K // 8], shl)
+    s_s = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K // 16], shl)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=32 * DW)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize([
+        (_sk_consumer, (w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, M, N, K, DP,
+                        stride_rm, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW, HAS_BIAS, HAS_RESIDUAL, BITS)),
+        (_sk_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, stride_xm, stride_wn, stride_sn,
+                      BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
+    ], [DW], [DREGS])
+
+
+def rs_sk_constexprs(config: dict, has_bias: bool = False, has_residual: bool = False) -> dict:
+    """nvfp4_gemm_rs_sk_kernel's constexprs for an RS config with "SK" (programs) and "DP" (sk_dp_tiles' mode)."""
+    return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+            "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
+            "TILED": bool(config.get("TILED")), "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4),
+            "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP"))}
+
+
+def launch_nvfp4_gemm_rs_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                            weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
+                            residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                            part: torch.Tensor | None = None, reduce: bool = True) -> torch.Tensor:
+    """y = x @ W.T (+ bias) (+ residual) through nvfp4_gemm_rs_sk_kernel on config["SK"] programs, then
+    triton_gemv.sk_reduce_kernel over the tiles the programs shared (as gluon_gemm.launch_nvfp4_gemm_wgmma_sk).
+    part: a preallocated gluon_gemm.sk_partials_shape buffer; reduce=False leaves the shared tiles unsummed."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import sk_reduce_kernel
+
+    M, K = x.shape
+    N = weight.shape[0]
+    if K % (2 * config["BLOCK_K"]):
+        raise ValueError(f"the RS stream-K GEMM needs K % (2 BLOCK_K) == 0, got K = {K}, config {config}")
+    xp = x_operand(x, config)
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
+    if M == 0:
+        return out
+    if part is None:
+        part = torch.empty(gm.sk_partials_shape(config), dtype=torch.float32, device=x.device)
+    res = residual if residual is not None else out
+    b = bias if bias is not None else out
+    dp = gm.sk_dp_tiles(config, M, N)
+    nvfp4_gemm_rs_sk_kernel[(config["SK"], 1, 1)](
+        xp, weight, weight_scale, weight_scale_2, b, res, out, part, M, N, K, dp, xp.stride(0), weight.stride(0),
+        weight_scale.stride(0), res.stride(0), out.stride(0),
+        **rs_sk_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
+    tiles = -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"])
+    if tiles > dp and reduce:
+        sk_reduce_kernel[(tiles - dp, config["BLOCK_N"] // gm.SK_REDUCE_ROWS, 1)](
+            part, weight_scale_2, b, res, out, M, N, K, dp, config["SK"], res.stride(0), out.stride(0),
+            BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], ROWS=gm.SK_REDUCE_ROWS,
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=4)
+    return out
 
 
 def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = False) -> dict:

@@ -26,3 +26,16 @@ def test_two_consumers_without_pp_starve_the_loader_at_four_slots():
         return sum(simulate(S, 2, 24, PP, seed)["starved"] for seed in range(100))
 
     assert starved(4, False) > 2 * starved(4, True) and starved(4, False) > 2 * starved(6, False)
+
+
+def test_persistent_walk_releases_every_slot_once():
+    """nvfp4_gemm_rs_sk_kernel: the ring runs on across a program's work items (whole tiles, then stream-K parts of
+    any even length); an item's last slot is released after its final wait, its first block releases nothing."""
+    import random
+
+    rng = random.Random(0)
+    for seed in range(150):
+        items = [2 * rng.randint(1, 6) for _ in range(rng.randint(1, 5))]
+        for S in (3, 4, 5):
+            r = simulate(S, 1, 0, False, seed, items=items)
+            assert not r["deadlock"] and not r["errors"], (items, S, r)

@@ -18,9 +18,13 @@ import sys
 
 from atlas.plugins_trt.quant_linear import gluon_gemm as gm
 from atlas.plugins_trt.quant_linear import triton_gemm as GM
-from atlas.plugins_trt.quant_linear.gluon_ws import launch_nvfp4_gemm_ws as launch
-from atlas.plugins_trt.quant_linear.gluon_ws import nvfp4_gemm_ws_kernel
-from atlas.plugins_trt.quant_linear.gluon_ws import ws_constexprs as constexprs
+from atlas.plugins_trt.quant_linear import gluon_ws as W
+
+
+def launch(x, weight, weight_scale, weight_scale_2, config):
+    """A WS config through its launcher: the persistent RS stream-K kernel with "SK", else nvfp4_gemm_ws_kernel."""
+    fn = W.launch_nvfp4_gemm_rs_sk if "SK" in config else W.launch_nvfp4_gemm_ws
+    return fn(x, weight, weight_scale, weight_scale_2, config)
 
 
 def configs() -> list[dict]:
@@ -49,13 +53,16 @@ def configs() -> list[dict]:
     pp += [{**rs[0], "XP": True, "DREGS": 96}, {**rs[1], "XP": True, "DREGS": 152},
            {**rs[3], "XP": True, "DREGS": 152}, {**pp[0], "XP": True, "DREGS": 152, "KREGS": 176}]
     pp += [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}]
+    sk = [{**rs[0], "SK": 132, "DP": dp, "DREGS": 72} for dp in (0, 1)] + [{**rs[3], "SK": 132, "DP": 1},
+                                                                           {**rs[1], "SK": 132, "DP": 1}]
+    # 36..39: RS on the persistent stream-K grid (132 programs: an H100 / H200's SMs; DP: sk_dp_tiles' mode)
     # 25..28: KS 2 ping-pong (each consumer waits for its own wgmma: one slot held, not two); 29: RS split-K 2;
     # 30..33: XP, x permuted by the loader's copies (no permute_k launch; 4-byte copies, so the loader needs 96-152
     # registers: 64 spill); 34, 35: KS 2 at 128 x 64 with six slots (two free for the loader while each consumer
     # holds two), without and with PP
     # KS 2 (indices 20..24): two one-warpgroup consumers on the even and odd blocks of a 64-row tile (23, 24: and
     # SPLIT_K 2, for the long-K shapes with few tiles)
-    return out + nat + [{**out[7], "NAT": True}] + rs + ks + pp  # and with eight decoder warps (BLOCK_N >= 128)
+    return out + nat + [{**out[7], "NAT": True}] + rs + ks + pp + sk  # and NAT with 8 decoder warps (BLOCK_N >= 128)
 
 
 def compile_sm90(config: dict):
@@ -64,10 +71,10 @@ def compile_sm90(config: dict):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    fn = nvfp4_gemm_ws_kernel
+    fn = W.nvfp4_gemm_rs_sk_kernel if "SK" in config else W.nvfp4_gemm_ws_kernel
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": "*bf16" if config.get("SPLIT_K", 1) == 1 else "*fp32"}
-    cx = constexprs(config)
+             "res_ptr": "*bf16", "out_ptr": "*bf16" if config.get("SPLIT_K", 1) == 1 else "*fp32", "part_ptr": "*fp32"}
+    cx = W.rs_sk_constexprs(config) if "SK" in config else W.ws_constexprs(config)
     sig = {n: ("constexpr" if n in cx else types.get(n, "i32")) for n in fn.arg_names}
     aligned = ("N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_rm", "stride_om")
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
@@ -167,7 +174,7 @@ def main() -> None:
     def tag(kind, cfg):
         form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "") \
             + (f" ks{cfg['KS']}" if "KS" in cfg else "") + (" pp" if cfg.get("PP") else "") \
-            + (" xp" if cfg.get("XP") else "")
+            + (" xp" if cfg.get("XP") else "") + (f" sk{cfg['SK']} dp{cfg['DP']}" if "SK" in cfg else "")
         return (f"{kind}{form} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} "
                 f"w{cfg['num_warps']} sk{cfg.get('SPLIT_K', 1)}")
 

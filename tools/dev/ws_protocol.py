@@ -46,13 +46,25 @@ class Consumer:
     state: str = "wait_ready"  # -> "wait_mma" -> "wait_ready"
 
 
-def simulate(S: int, KS: int, blocks: int, PP: bool, seed: int, early: bool = False) -> dict:
+def simulate(S: int, KS: int, blocks: int, PP: bool, seed: int, early: bool = False,
+             items: list[int] | None = None) -> dict:
     """One random interleaving of the loader, KS consumers and their wgmma completions over `blocks` blocks (an even
     count for each consumer, as the kernel's unrolled loop takes). Returns {"deadlock", "errors", "max_lead",
     "starved"}: max_lead is the most blocks the loader was ever ahead of the oldest block still held by a
     consumer; starved counts the steps at which a consumer waited for a block the loader could not copy yet for
     want of a free slot. early: a wrong protocol (a block's slot released as soon as its wgmma is issued), which the
-    checks must catch."""
+    checks must catch. items: the persistent stream-K form (nvfp4_gemm_rs_sk_kernel, KS 1): the program's work items'
+    block counts (`blocks` is ignored); an item's first block releases nothing, and after its last block the consumer
+    waits for every wgmma and releases that block's slot (_sk_consumer)."""
+    firsts, lasts = set(), set()
+    if items is not None:
+        assert KS == 1 and not PP
+        start = 0
+        for n in items:
+            firsts.add(start)
+            lasts.add(start + n - 1)
+            start += n
+        blocks = start
     rng = random.Random(seed)
     ready = [Barrier(1) for _ in range(S)]
     empty = [Barrier(1) for _ in range(S)]
@@ -76,6 +88,8 @@ def simulate(S: int, KS: int, blocks: int, PP: bool, seed: int, early: bool = Fa
                 opts.append(("issue", c))
             if con.state == "wait_mma" and (early or len(con.flight) <= (0 if PP else 1)):
                 opts.append(("release", c))
+            if con.state == "drain" and not con.flight:
+                opts.append(("drain", c))
         return opts
 
     while True:
@@ -107,18 +121,30 @@ def simulate(S: int, KS: int, blocks: int, PP: bool, seed: int, early: bool = Fa
         elif kind == "complete":
             g = cons[c].flight.pop(0)
             readers[g % S].discard(g)
+        elif kind == "drain":  # the item's last block, after waiting for every wgmma
+            con = cons[c]
+            g = con.blocks[con.i]
+            empty[g % S].arrive()
+            held.discard(g)
+            con.i += 1
+            con.state = "wait_ready"
         else:  # release
             con = cons[c]
             g = con.blocks[con.i]
             if PP or early:
                 done = g
+            elif items is not None:
+                done = g - 1 if g not in firsts else None
             else:
                 done = g - KS if g >= KS else None
             if done is not None:
                 empty[done % S].arrive()
                 held.discard(done)
-            con.i += 1
-            con.state = "wait_ready"
+            if g in lasts:
+                con.state = "drain"
+            else:
+                con.i += 1
+                con.state = "wait_ready"
     finished = loaded == blocks and all(con.i == len(con.blocks) for con in cons)
     return {"deadlock": not finished, "errors": errors, "max_lead": max_lead, "starved": starved}
 
