@@ -86,41 +86,40 @@ if [ "$what" = ws ]; then  # the warp-specialized NVFP4 GEMM (gluon_ws; tools/de
             -k "ws_engine or (test_gemm_gpu and nvfp4)" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -15
     fi
 fi
-if [ "$what" = rs ]; then  # the RS / KS warp-specialized GEMM: its check on small shapes (a hang or a wrong result
-    # stops here), the benchmark with it among the candidates, its GPU tests, its sweep at M 256 (~9 minutes)
-    timeout ${RS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 14,15,17,20,21,22,23,24 \
-        2>&1 | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
-    if [ "${PIPESTATUS[0]}" = 0 ]; then
+ws_check() {  # the WS tool's check of configs() indices $1 on small shapes (a hang or a wrong result: nonzero)
+    timeout ${RS_CHECK_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only "$1" 2>&1 \
+        | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
+    return "${PIPESTATUS[0]}"
+}
+ws_sweep() {  # indices $1 at M 256 on shapes $2 beside the shipped config and cuBLAS, at most $3 seconds
+    timeout ${RS_SWEEP_TIMEOUT:-$3} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only "$1" --shapes "$2" 2>&1 \
+        | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -40
+}
+ws_tests() {  # the GPU tests of -k $1 in the WS engine and GEMM test files
+    timeout ${RS_TEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        tests/plugins_trt/test_quant_linear_triton.py -k "$1" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -8
+}
+if [ "$what" = rs ]; then  # the RS / KS warp-specialized GEMM: its check, the benchmark with it among the
+    # candidates, its GPU tests, its sweep at M 256 (~9 minutes)
+    if ws_check 14,15,17,20,21,22,23,24; then
         timeout ${RS_BENCH_TIMEOUT:-330} python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 \
             | tee "$out/bench_gemm.log" | tail -12
-        timeout ${RS_TEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
-            tests/plugins_trt/test_quant_linear_triton.py -k "ws_engine or (test_gemm_gpu and nvfp4 and aligned)" 2>&1 \
-            | tee "$out/pytest_ws_gpu.log" | tail -8
-        timeout ${RS_SWEEP_TIMEOUT:-100} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,15,20,21,22,23,24 \
-            --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down 2>&1 | tee "$out/nvfp4_wgmma_ws.log" \
-            | grep -a " M=\|Error" | tail -30
+        ws_tests "ws_engine or (test_gemm_gpu and nvfp4 and aligned)"
+        ws_sweep 14,15,20,21,22,23,24 llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down 100
     fi
 fi
-if [ "$what" = rsnext ]; then  # PP, RS split-K 2 and XP (written 2026-12-06 after the device time ran out): their
-    # check on small shapes, the M 256 sweep beside RS and the shipped config, then the WS engines' GPU tests (XP too)
-    timeout ${RS_CHECK_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 25,26,27,28,29,30,31,32,33,34,35 \
-        2>&1 | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
-    if [ "${PIPESTATUS[0]}" = 0 ]; then
-        timeout ${RS_SWEEP_TIMEOUT:-240} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,25,26,29,30,31,32,33,34,35 \
-            --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,llama-3.1-8b.lm_head 2>&1 \
-            | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -40
-        timeout ${RS_TEST_TIMEOUT:-120} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
-            -k "ws_engine" 2>&1 | tee "$out/pytest_ws_gpu.log" | tail -8
+if [ "$what" = rsnext ]; then  # PP, RS split-K 2, XP and KS with six slots (written 2026-12-06 after the device
+    # time ran out): their check, the M 256 sweep beside RS and the shipped config, the WS engines' GPU tests (~9 min)
+    if ws_check 25,26,27,28,29,30,31,32,33,34,35; then
+        ws_sweep 14,25,26,29,30,31,32,33,34,35 \
+            llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,llama-3.1-8b.lm_head 240
+        ws_tests "ws_engine"
     fi
 fi
 if [ "$what" = rssk ]; then  # RS on the persistent stream-K grid (gluon_ws.nvfp4_gemm_rs_sk_kernel, written 2026-12-06
-    # after the device time ran out): its check on small shapes (every tile shared), then M 256 beside RS and shipped
-    timeout ${RS_CHECK_TIMEOUT:-150} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 36,37,38,39 2>&1 \
-        | tee "$out/nvfp4_wgmma_ws_check.log" | tail -3
-    if [ "${PIPESTATUS[0]}" = 0 ]; then
-        timeout ${RS_SWEEP_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 14,36,37,38,39 \
-            --shapes llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,qwen3.5-27b.gate_up 2>&1 \
-            | tee "$out/nvfp4_wgmma_ws.log" | grep -a " M=\|Error" | tail -30
+    # after the device time ran out): its check (every tile shared), then M 256 beside RS and shipped (~6 minutes)
+    if ws_check 36,37,38,39; then
+        ws_sweep 14,36,37,38,39 llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,qwen3.5-27b.gate_up 300
     fi
 fi
 if [ "$what" = permk ]; then  # the wgmma GEMM's x permutation: the gather, the strided copy, a plain copy

@@ -143,6 +143,22 @@ def _tile_ptrs(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, p
 
 
 @gluon.jit
+def ring_ptrs(w_ptr, ws_ptr, N, K, stride_wn, stride_sn, pid_n, BN: gl.constexpr, BK: gl.constexpr,
+              NW: gl.constexpr, TILED: gl.constexpr):
+    """Block 0's source pointers of a weight block's cp.async copies into a shared-memory ring (NW warps issuing):
+    the packed words [BN, BK / 8] in 16-byte copies and the scale bytes [BN, BK / 16] in 4-byte ones (rows past N
+    clamped)."""
+    KW: gl.constexpr = BK // 8
+    wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])  # 16-byte copies
+    scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])  # 4-byte copies
+    wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
+    sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
+    return gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
+                        gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
+                        gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
+
+
+@gluon.jit
 def _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m, b_lo, b_hi,
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr,
               W_SMEM: gl.constexpr, TILED: gl.constexpr, BITS: gl.constexpr):
@@ -161,13 +177,7 @@ def _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn
     a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
     gl.thread_barrier()  # every warp is past its reads of the ring (a previous call's last blocks)
     if W_SMEM:
-        wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [NW, 1], [1, 0])  # 16-byte copies
-        scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [NW, 1], [1, 0])  # 4-byte copies
-        wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
-        sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
-        wp, sp = gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
-                           gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
-                           gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
+        wp, sp = ring_ptrs(w_ptr, ws_ptr, N, K, stride_wn, stride_sn, pid_n, BN, BK, NW, TILED)
         for i in gl.static_range(S - 2):  # prologue: blocks b_lo .. b_lo + S - 3 (clamped; an extra copy is harmless)
             kb0 = gl.minimum(b_lo + i, b_hi - 1)
             async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + kb0 * BK)
@@ -476,8 +486,9 @@ def permutation(K: int, BK: int, device) -> torch.Tensor:
 def permute_k_view(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """permute_k as one strided copy instead of a gather: inside a block, k's bits (s0, i0, i1, s1, r0, rhi from
     the lowest) sit at physical bits (s0, s1, r0, rhi, i0, i1), so viewing x's block as [i1, i0, rhi, r0, s1, s0]
-    and moving the dims to (rhi, r0, s1, i1, i0, s0) is the permutation. Equal to permute_k (tests); not yet timed
-    against it on a GPU (tools/dev/permute_k.py)."""
+    and moving the dims to (rhi, r0, s1, i1, i0, s0) is the permutation. Equal to permute_k (tests); on an H100
+    5-8% faster than the gather at M 2048 (tools/results/permute_k_h100.json; that run could not resolve M 64 / 256),
+    not yet used by the launchers."""
     M, K = x.shape
     v = x.view(M, K // BK, 2, 2, BK // 32, 2, 2, 2).permute(0, 1, 4, 5, 6, 2, 3, 7)
     if out is None:
@@ -563,8 +574,6 @@ def launch_nvfp4_gemm_wgmma_sk(x: torch.Tensor, weight: torch.Tensor, weight_sca
     "FIX") triton_gemv.sk_reduce_kernel over the tiles the programs shared. part: a preallocated sk_partials_shape
     buffer; counters: FIX's int32 tile counters (at least sk_counters(config, M, N), zero; zero again afterwards).
     reduce=False leaves the shared tiles unsummed (for timing the two launches apart)."""
-    from atlas.plugins_trt.quant_linear.triton_gemv import sk_reduce_kernel
-
     M, K = x.shape
     N = weight.shape[0]
     if not supports(config, K):
@@ -588,10 +597,24 @@ def launch_nvfp4_gemm_wgmma_sk(x: torch.Tensor, weight: torch.Tensor, weight_sca
         weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
         **sk_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
         num_stages=config["num_stages"])
-    tiles = -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"])
-    if tiles > dp and reduce and not fix:
-        sk_reduce_kernel[(tiles - dp, config["BLOCK_N"] // SK_REDUCE_ROWS, 1)](
-            part, weight_scale_2, b, res, out, M, N, K, dp, config["SK"], res.stride(0), out.stride(0),
-            BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], ROWS=SK_REDUCE_ROWS,
-            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=4)
+    if reduce and not fix:
+        launch_sk_reduce(config, part, weight_scale_2, bias, residual, out, K, dp)
     return out
+
+
+def launch_sk_reduce(config: dict, part: torch.Tensor, weight_scale_2: torch.Tensor, bias: torch.Tensor | None,
+                     residual: torch.Tensor | None, out: torch.Tensor, K: int, dp: int) -> None:
+    """triton_gemv.sk_reduce_kernel after a persistent stream-K launch of `config` (SK programs, dp data-parallel
+    tiles): sums the parts of every shared tile in program order into out [M, N] (scale, bias, residual); nothing
+    when every tile was data-parallel."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import sk_reduce_kernel
+
+    M, N = out.shape
+    tiles = -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"])
+    if tiles <= dp:
+        return
+    res = residual if residual is not None else out
+    sk_reduce_kernel[(tiles - dp, config["BLOCK_N"] // SK_REDUCE_ROWS, 1)](
+        part, weight_scale_2, bias if bias is not None else out, res, out, M, N, K, dp, config["SK"], res.stride(0),
+        out.stride(0), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
+        ROWS=SK_REDUCE_ROWS, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=4)

@@ -69,12 +69,7 @@ def _decoder(w_ptr, ws_ptr, x_ptr, w_s, x_s, ready, empty, M, N, K, stride_xm, s
     order, x as given; else gluon_gemv's order, x permuted to match)."""
     KW: gl.constexpr = BK // 8
     RP: gl.constexpr = BK // 32
-    a_parent: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[DW, 1],
-                                                       instr_shape=[16, 64, 16])
-    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_parent, k_width=2)
-    wL: gl.constexpr = gg.words_layout(BN, KW, DW, False)
-    sL: gl.constexpr = gg.words_layout(BN, KW, DW, True)
-    pL: gl.constexpr = gg.pairs_layout(BN, BK, DW)
+    _, aL, wL, sL, pL = gm.wgmma_layouts(BN, 64, BK, DW)  # (the A operand of a 64-wide wgmma: its stmatrix order)
     xcL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BK // 8), BK // 8], [DW, 1], [1, 0])  # 16-byte copies
 
     w_rows, s_rows, x_rows = gm._tile_ptrs(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n,
@@ -146,31 +141,40 @@ def _x_cols(BK: gl.constexpr, xcL: gl.constexpr, XP: gl.constexpr):
 
 
 @gluon.jit
+def _loader_ptrs(w_ptr, ws_ptr, x_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m, BM: gl.constexpr,
+                 BN: gl.constexpr, BK: gl.constexpr, DW: gl.constexpr, TILED: gl.constexpr, XP: gl.constexpr):
+    """Block 0's copy sources of output tile (pid_n, pid_m): packed words and scale bytes (gluon_gemm.ring_ptrs) and
+    x [BM, BK] in the decode's k order (given so, or with XP reordered here, _x_cols)."""
+    wp, sp = gm.ring_ptrs(w_ptr, ws_ptr, N, K, stride_wn, stride_sn, pid_n, BN, BK, DW, TILED)
+    xcL: gl.constexpr = x_copy_layout(BK, DW, XP)
+    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
+    return wp, sp, x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm + _x_cols(BK, xcL, XP)[None, :]
+
+
+@gluon.jit
+def _copy_block(w_s, s_s, x_s, ready, empty, it, kb, wp, sp, x_rows, BK: gl.constexpr, S: gl.constexpr,
+                TILED: gl.constexpr):
+    """The loader's block at ring position `it` (K block kb): wait until the consumers have released its slot, copy
+    the words, scales and x, and have every loader thread arrive on the slot's `ready` once its copies land."""
+    slot = it % S
+    mbarrier.wait(empty.index(slot), ((it // S) & 1) ^ 1)  # the consumers are done with the slot's last block
+    async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + kb * BK)
+    async_copy.async_copy_global_to_shared(w_s.index(slot), wp + gm._woff(kb, BK, TILED))
+    async_copy.async_copy_global_to_shared(s_s.index(slot), sp + gm._soff(kb, BK, TILED))
+    async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+
+@gluon.jit
 def _loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn, pid_n,
             pid_m, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr,
             DW: gl.constexpr, TILED: gl.constexpr, XP: gl.constexpr = False):
     """RS: fill slot (kb - b_lo) % S with block kb's packed words, scale bytes and x in the decode's k order by
     cp.async, for kb in [b_lo, b_hi); every loader thread arrives on the slot's `ready` barrier when its copies have
     landed. x comes k-permuted (permute_k), or with XP as given and permuted by the copies (4-byte ones)."""
-    KW: gl.constexpr = BK // 8
-    wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [DW, 1], [1, 0])  # 16-byte copies
-    scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [DW, 1], [1, 0])  # 4-byte copies
-    xcL: gl.constexpr = x_copy_layout(BK, DW, XP)
-    wr = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
-    sq = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
-    wp, sp = gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
-                          gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
-                          gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK, TILED)
-    xm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
-    x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm + _x_cols(BK, xcL, XP)[None, :]
+    wp, sp, x_rows = _loader_ptrs(w_ptr, ws_ptr, x_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m, BM,
+                                  BN, BK, DW, TILED, XP)
     for kb in range(b_lo, b_hi):
-        it = kb - b_lo
-        slot = it % S
-        mbarrier.wait(empty.index(slot), ((it // S) & 1) ^ 1)  # the consumers are done with the slot's last block
-        async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + kb * BK)
-        async_copy.async_copy_global_to_shared(w_s.index(slot), wp + gm._woff(kb, BK, TILED))
-        async_copy.async_copy_global_to_shared(s_s.index(slot), sp + gm._soff(kb, BK, TILED))
-        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+        _copy_block(w_s, s_s, x_s, ready, empty, kb - b_lo, kb, wp, sp, x_rows, BK, S, TILED)
 
 
 @gluon.jit
@@ -213,8 +217,8 @@ def _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, P: gl.constexpr, KS: gl.co
         it = kb - b_lo
         acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, it, it >= KS, KS, BN, BK, S, wL, sL, pL, aL,
                                BITS, PP)
-        acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, it + KS, it + KS >= KS, KS, BN, BK, S, wL, sL,
-                               pL, aL, BITS, PP)
+        acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, it + KS, True, KS, BN, BK, S, wL, sL, pL, aL,
+                               BITS, PP)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     return acc
 
@@ -320,30 +324,15 @@ def _sk_loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, s
                BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, DW: gl.constexpr,
                TILED: gl.constexpr, XP: gl.constexpr):
     """_loader over a persistent program's work items: the ring position g counts every block the program takes."""
-    KW: gl.constexpr = BK // 8
-    wcL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 4), KW // 4], [DW, 1], [1, 0])
-    scL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (KW // 8), KW // 8], [DW, 1], [1, 0])
-    xcL: gl.constexpr = x_copy_layout(BK, DW, XP)
     pid, G, n_dp, it, end, NP, n_m = gm.sk_walk(M, N, K, DP, BM, BN, BK)
     i = 0
     g = 0
     while (i < n_dp) | (it < end):
         t, p0, p1, i, it = gm.sk_item(i, it, end, n_dp, pid, G, DP, NP)
-        wr = gl.minimum((t // n_m) * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, wcL)), N - 1)
-        sq = gl.minimum((t // n_m) * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, scL)), N - 1)
-        wp, sp = gg._row_ptrs(w_ptr, ws_ptr.to(gl.pointer_type(gl.int8)), wr, sq,
-                              gl.arange(0, KW, layout=gl.SliceLayout(0, wcL)),
-                              gl.arange(0, KW // 2, layout=gl.SliceLayout(0, scL)), K, stride_wn, stride_sn, BK,
-                              TILED)
-        xm = (t % n_m) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, xcL))
-        x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm + _x_cols(BK, xcL, XP)[None, :]
+        wp, sp, x_rows = _loader_ptrs(w_ptr, ws_ptr, x_ptr, M, N, K, stride_xm, stride_wn, stride_sn, t // n_m,
+                                      t % n_m, BM, BN, BK, DW, TILED, XP)
         for kb in range(2 * p0, 2 * p1):
-            slot = g % S
-            mbarrier.wait(empty.index(slot), ((g // S) & 1) ^ 1)
-            async_copy.async_copy_global_to_shared(x_s.index(slot), x_rows + kb * BK)
-            async_copy.async_copy_global_to_shared(w_s.index(slot), wp + gm._woff(kb, BK, TILED))
-            async_copy.async_copy_global_to_shared(s_s.index(slot), sp + gm._soff(kb, BK, TILED))
-            async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+            _copy_block(w_s, s_s, x_s, ready, empty, g, kb, wp, sp, x_rows, BK, S, TILED)
             g += 1
 
 
@@ -421,8 +410,6 @@ def launch_nvfp4_gemm_rs_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale:
     """y = x @ W.T (+ bias) (+ residual) through nvfp4_gemm_rs_sk_kernel on config["SK"] programs, then
     triton_gemv.sk_reduce_kernel over the tiles the programs shared (as gluon_gemm.launch_nvfp4_gemm_wgmma_sk).
     part: a preallocated gluon_gemm.sk_partials_shape buffer; reduce=False leaves the shared tiles unsummed."""
-    from atlas.plugins_trt.quant_linear.triton_gemv import sk_reduce_kernel
-
     M, K = x.shape
     N = weight.shape[0]
     if K % (2 * config["BLOCK_K"]):
@@ -435,19 +422,14 @@ def launch_nvfp4_gemm_rs_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale:
     if part is None:
         part = torch.empty(gm.sk_partials_shape(config), dtype=torch.float32, device=x.device)
     res = residual if residual is not None else out
-    b = bias if bias is not None else out
     dp = gm.sk_dp_tiles(config, M, N)
     nvfp4_gemm_rs_sk_kernel[(config["SK"], 1, 1)](
-        xp, weight, weight_scale, weight_scale_2, b, res, out, part, M, N, K, dp, xp.stride(0), weight.stride(0),
-        weight_scale.stride(0), res.stride(0), out.stride(0),
+        xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, out, part, M, N, K, dp,
+        xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
         **rs_sk_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
         num_stages=config["num_stages"])
-    tiles = -(-N // config["BLOCK_N"]) * -(-M // config["BLOCK_M"])
-    if tiles > dp and reduce:
-        sk_reduce_kernel[(tiles - dp, config["BLOCK_N"] // gm.SK_REDUCE_ROWS, 1)](
-            part, weight_scale_2, b, res, out, M, N, K, dp, config["SK"], res.stride(0), out.stride(0),
-            BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], ROWS=gm.SK_REDUCE_ROWS,
-            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=4)
+    if reduce:
+        gm.launch_sk_reduce(config, part, weight_scale_2, bias, residual, out, K, dp)
     return out
 
 

@@ -63,6 +63,26 @@ def a_register_hazards(sass: str) -> list[str]:
     return found
 
 
+def compile_wgmma_sm90(cfg: dict):
+    """gluon_gemm.nvfp4_gemm_wgmma_kernel compiled for sm_90 here (no GPU needed): triton's CompiledKernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+    fn = gm.nvfp4_gemm_wgmma_kernel
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
+             "res_ptr": "*bf16", "out_ptr": "*bf16"}
+    aligned = ("N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_rm", "stride_om")
+    cx = gm.wgmma_constexprs(cfg, False, False)
+    sig = {n: ("constexpr" if n in cx else types.get(n, "i32")) for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n].startswith("*") or n in aligned}
+    return triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+
+
 def sass_report() -> None:
     """Compile every config for sm_90 and report resources and whether an in-flight wgmma's A registers get
     overwritten before the next wait (tools/dev/swap_ab_sass.analyse)."""
@@ -70,24 +90,12 @@ def sass_report() -> None:
     import tempfile
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
 
-    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
     from atlas.tools.dev.swap_ab_sass import analyse
 
-    fn = gm.nvfp4_gemm_wgmma_kernel
-    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": "*bf16"}
-    aligned = ("N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_rm", "stride_om")
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     for cfg in _configs():
-        cx = gm.wgmma_constexprs(cfg, False, False)
-        sig = {n: ("constexpr" if n in cx else types.get(n, "i32")) for n in fn.arg_names}
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-                 if sig[n].startswith("*") or n in aligned}
-        c = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+        c = compile_wgmma_sm90(cfg)
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(c.asm["cubin"])
             f.flush()

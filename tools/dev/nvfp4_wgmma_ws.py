@@ -39,30 +39,29 @@ def configs() -> list[dict]:
             (128, 64, 64, 4, 4, 1, 4, two)]  # two CTAs an SM (128 registers, 99 KB)
     out = [{"WS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w, "num_stages": 1,
             "SPLIT_K": sp, "TILED": True, "BITS": True, "DW": dw, **regs} for bm, bn, bk, st, w, sp, dw, regs in plan]
-    nat = [{**out[i], "NAT": True} for i in (0, 1, 4)]  # natural k order: no permute_k launch
+    nat = [{**out[i], "NAT": True} for i in (0, 1, 4)] + [{**out[7], "NAT": True}]  # natural k order (no permute_k
+    # launch); the last one with eight decoder warps (BLOCK_N >= 128)
     rs = [{"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": w,
            "num_stages": 1, "SPLIT_K": 1, "TILED": True, "BITS": True, "DW": 4, "DREGS": dr}
           for bm, bn, bk, st, w, dr in [(128, 128, 128, 4, 8, 64), (256, 64, 64, 4, 4, 64), (128, 128, 64, 5, 8, 64),
                                         (256, 128, 64, 4, 8, 64), (64, 64, 128, 3, 4, 64), (128, 64, 64, 4, 4, 64)]]
-    # RS (indices 14..19): the consumers decode into the register A operand, four loader warps copy packed blocks
     ks = [{**rs[i], "KS": 2, "STAGES": st, "KREGS": kr, "DREGS": dr} for i, st, kr, dr in
           [(1, 4, 224, 56), (5, 4, 224, 56), (1, 3, 224, 56)]]
     ks += [{**ks[0], "SPLIT_K": 2}, {**ks[1], "SPLIT_K": 2}]
     pp = [{**ks[0], "PP": True}, {**ks[1], "PP": True}, {**ks[0], "PP": True, "STAGES": 3},
-          {**ks[0], "PP": True, "SPLIT_K": 2}, {**rs[0], "SPLIT_K": 2}]
-    pp += [{**rs[0], "XP": True, "DREGS": 96}, {**rs[1], "XP": True, "DREGS": 152},
-           {**rs[3], "XP": True, "DREGS": 152}, {**pp[0], "XP": True, "DREGS": 152, "KREGS": 176}]
-    pp += [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}]
+          {**ks[0], "PP": True, "SPLIT_K": 2}]
+    xp = [{**rs[0], "XP": True, "DREGS": 96}, {**rs[1], "XP": True, "DREGS": 152},
+          {**rs[3], "XP": True, "DREGS": 152}, {**pp[0], "XP": True, "DREGS": 152, "KREGS": 176}]
     sk = [{**rs[0], "SK": 132, "DP": dp, "DREGS": 72} for dp in (0, 1)] + [{**rs[3], "SK": 132, "DP": 1},
                                                                            {**rs[1], "SK": 132, "DP": 1}]
-    # 36..39: RS on the persistent stream-K grid (132 programs: an H100 / H200's SMs; DP: sk_dp_tiles' mode)
-    # 25..28: KS 2 ping-pong (each consumer waits for its own wgmma: one slot held, not two); 29: RS split-K 2;
-    # 30..33: XP, x permuted by the loader's copies (no permute_k launch; 4-byte copies, so the loader needs 96-152
-    # registers: 64 spill); 34, 35: KS 2 at 128 x 64 with six slots (two free for the loader while each consumer
-    # holds two), without and with PP
-    # KS 2 (indices 20..24): two one-warpgroup consumers on the even and odd blocks of a 64-row tile (23, 24: and
-    # SPLIT_K 2, for the long-K shapes with few tiles)
-    return out + nat + [{**out[7], "NAT": True}] + rs + ks + pp + sk  # and NAT with 8 decoder warps (BLOCK_N >= 128)
+    # Indices: 0-9 decoder partition (SS wgmma), 10-13 NAT; 14-19 RS (the consumers decode into the register A
+    # operand, four loader warps copy packed blocks); 20-24 KS 2 (two one-warpgroup consumers on the even and odd
+    # blocks of a 64-row tile; 23, 24 also SPLIT_K 2); 25-28 KS 2 with PP (each consumer waits for its own wgmma:
+    # one slot held, not two); 29 RS SPLIT_K 2; 30-33 XP (x permuted by the loader's 4-byte copies, no permute_k
+    # launch; the loader needs 96-152 registers, 64 spill); 34, 35 KS 2 at 128 x 64 with six slots, without and with
+    # PP; 36-39 RS on the persistent stream-K grid (132 programs: an H100 / H200's SMs; DP: sk_dp_tiles' mode).
+    return (out + nat + rs + ks + pp + [{**rs[0], "SPLIT_K": 2}] + xp
+            + [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}] + sk)
 
 
 def compile_sm90(config: dict):
@@ -104,26 +103,51 @@ def sync_facts(config: dict) -> dict:
     return facts
 
 
+def k_loop(sass: str) -> tuple[int, int]:
+    """(instructions, HGMMAs) of the shortest loop of a kernel's sm_90 SASS that issues wgmma: the K loop of the
+    partition that multiplies."""
+    import re
+
+    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4})\*/\s+(.*?)\s*;", sass)]
+    loops = [[b for a, b in ins if int(t, 16) <= a <= end] for end, line in ins
+             for t in re.findall(r"BRA (0x[0-9a-f]+)", line) if int(t, 16) < end]
+    body = min((lp for lp in loops if any("HGMMA" in b for b in lp)), key=len, default=[])
+    return len(body), sum("HGMMA" in b for b in body)
+
+
 def sass_report() -> None:
+    """Each config's resources and K loop for sm_90 (no GPU needed), after the shipped wgmma kernel's 128 x 128 x 128
+    tile for reference (`> tools/results/nvfp4_wgmma_ws_sass.txt`)."""
     import subprocess
     import tempfile
 
     import triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+    def dump(c, *flags):
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(c.asm["cubin"])
+            f.flush()
+            return subprocess.run([tool, *flags, f.name], capture_output=True, text=True).stdout
+
+    from atlas.tools.dev.nvfp4_wgmma_gemm import compile_wgmma_sm90
+
+    shipped = {"WGMMA": True, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "STAGES": 4, "num_warps": 8,
+               "num_stages": 1, "W_SMEM": True, "TILED": True, "BITS": True}
+    n, h = k_loop(dump(compile_wgmma_sm90(shipped), "-sass"))
+    print(f"shipped wgmma 128x128x128 S4 w8 W_SMEM: K loop {n} instructions, {h} HGMMA")
     for cfg in configs():
         try:
             c = compile_sm90(cfg)
         except Exception as e:  # noqa: BLE001 — report and go on
             print(f"{cfg}: compile failed: {type(e).__name__}: {str(e)[:2000]}")
             continue
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c.asm["cubin"])
-            f.flush()
-            res = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        res = dump(c, "--dump-resource-usage")
         usage = " ".join(w for line in res.splitlines() if "REG:" in line for w in line.split()
                          if w.startswith(("REG:", "STACK:", "LOCAL:")))
-        print(f"{cfg}: {usage}, shared {c.metadata.shared} B")
+        n, h = k_loop(dump(c, "-sass"))
+        print(f"{cfg}: {usage}, shared {c.metadata.shared} B, K loop {n} instructions, {h} HGMMA")
 
 
 def picked_configs() -> list[dict]:
