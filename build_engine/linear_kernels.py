@@ -239,10 +239,14 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
                 sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
                 item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
-            elif cfg.get("WGMMA") and cfg.get("SK"):  # the persistent form: x permuted, the kernel, the reduction
-                from atlas.plugins_trt.quant_linear import gluon_gemm
-                item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma_sk(cfg, n, k),
-                                     f"nvfp4_wgmma_sk.{n}x{k}.{tag}", (cfg["SK"], 1, 1))
+            elif cfg.get("SK"):  # a persistent form (wgmma, or RS): x permuted, the kernel, the reduction
+                from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
+                if cfg.get("WS"):
+                    item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_rs_sk(cfg, n, k), f"nvfp4_rs_sk.{n}x{k}.{tag}",
+                                         (cfg["SK"], 1, 1))
+                else:
+                    item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma_sk(cfg, n, k),
+                                         f"nvfp4_wgmma_sk.{n}x{k}.{tag}", (cfg["SK"], 1, 1))
                 if not cfg.get("FIX"):
                     item["reduce"] = add(gluon_gemm.signature_sk_reduce(cfg, n, k), f"sk_reduce.{n}x{k}.{tag}",
                                          gluon_gemm.grid_sk_reduce(cfg, bucket, n))

@@ -143,6 +143,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
             label = "dequant + cuBLAS" if cfg.get("DEQUANT") else "wgmma (Gluon)" if cfg.get("WGMMA") else label
             label = "wgmma stream-K (Gluon)" if cfg.get("SK") else label
             label = "wgmma warp-specialized (Gluon)" if cfg.get("WS") else label
+            label = "wgmma warp-specialized stream-K (Gluon)" if cfg.get("WS") and cfg.get("SK") else label
             row[fmt] = {"kernel": label, "config": cfg,
                         "seconds": t, "bytes": b, "bw_fraction": b / t / bandwidth,
                         "speedup_vs_cublas": t_cublas / t, "tflops": 2 * m * n * k / t / 1e12,

@@ -403,6 +403,21 @@ def rs_sk_constexprs(config: dict, has_bias: bool = False, has_residual: bool = 
             "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP"))}
 
 
+def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
+    """AotSignature of nvfp4_gemm_rs_sk_kernel for a contiguous [N, K] weight: gluon_gemm.signature_nvfp4_gemm_wgmma_sk's
+    parameters less the FIX counters (x_ptr: x_operand's output); the grid is the config's "SK" programs, and
+    gluon_gemm.signature_sk_reduce sums the shared tiles after it."""
+    from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
+
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
+             "res_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+             "DP": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32",
+             "stride_om": "i32"}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    return aot_signature(nvfp4_gemm_rs_sk_kernel, types, ints, rs_sk_constexprs(config, has_bias, has_residual),
+                         config, (str(config["SK"]), "1", "1"))
+
+
 def launch_nvfp4_gemm_rs_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                             weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                             residual: torch.Tensor | None = None, out: torch.Tensor | None = None,

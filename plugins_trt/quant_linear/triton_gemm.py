@@ -324,6 +324,12 @@ CONFIGS_nvfp4_ws_rs = [
     {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": 4, "num_warps": w,
      "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 1}
     for bm, bn, bk, w in [(128, 128, 128, 8), (256, 64, 64, 4), (256, 128, 64, 8)]
+] + [{"WS": True, "RS": True, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "STAGES": 4, "num_warps": 8,
+      "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 2}]
+CONFIGS_nvfp4_ws_rs_sk = [
+    {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": bk, "STAGES": 4, "num_warps": 8,
+     "num_stages": 1, "DW": 4, "DREGS": 64, "SK_PER_SM": 1, "DP": 1}
+    for bm, bk in [(128, 128), (256, 64)]
 ]
 CONFIGS_nvfp4_ws_ks = [
     {"WS": True, "RS": True, "KS": 2, "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 4, "num_warps": 4,
@@ -338,15 +344,23 @@ K % (2 BLOCK_K SPLIT_K) == 0). H100 (tools/results/nvfp4_wgmma_ws_rs_h100.json, 
 candidates (the decoder-partition WS configs above are not).
 CONFIGS_nvfp4_ws_ks: RS with two one-warpgroup consumer partitions on the even and odd blocks of a 64-row tile (KS 2,
 K % (4 BLOCK_K SPLIT_K) == 0): correct, 1.5-2x slower than RS on the same H100 (nvfp4_wgmma_ws_ks_h100.json: the two
-consumers hold all four ring slots), so GPU-tested (ws_engine) but not a candidate."""
+consumers hold all four ring slots), so GPU-tested (ws_engine) but not a candidate.
+The fourth RS config splits K in two (fp32 partials + the split-K reduction): 8B down at M 256 72.5 us against 108.8
+unsplit and 80.2 shipped (tools/results/nvfp4_wgmma_ws_rsnext_h100.json, H100, same run).
+CONFIGS_nvfp4_ws_rs_sk: RS on the persistent stream-K grid (gluon_ws.nvfp4_gemm_rs_sk_kernel, one program an SM,
+whole waves of tiles data-parallel, the rest by stream-K, the shared tiles summed by sk_reduce_kernel). H100
+(tools/results/nvfp4_wgmma_ws_rssk_h100.json, M 256, same run): 27B gate_up 168.6 us against 194.2 (RS) and 194.7
+(shipped), 27B down 106.7 against 125.3 (shipped split-K 4), 8B down 76.5 against 80.1; slower on 8B qkv (43.5
+against 35.8 RS)."""
 CONFIGS_nvfp4_ws_xp = [{**CONFIGS_nvfp4_ws_rs[0], "XP": True, "DREGS": 96},
                        {**CONFIGS_nvfp4_ws_rs[2], "XP": True, "DREGS": 152}]
 """RS with XP: x as given, put in the decode's k order by the loader's 4-byte copies (no permute_k launch; the loader
 needs 96-152 registers). Compiled and CPU-tested, not yet run on a GPU: not a candidate."""
 CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs + CONFIGS_nvfp4_ws_ks + CONFIGS_nvfp4_ws_xp
-CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk + CONFIGS_nvfp4_ws_rs
+CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk + CONFIGS_nvfp4_ws_rs + CONFIGS_nvfp4_ws_rs_sk
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
-wgmma kernel ("WGMMA"), its persistent stream-K form ("SK") and the warp-specialized RS form ("WS" + "RS")."""
+wgmma kernel ("WGMMA"), its persistent stream-K form ("SK"), the warp-specialized RS form ("WS" + "RS") and RS on the
+stream-K grid ("WS" + "RS" + "SK")."""
 CONFIGS_fp8_gemm = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
     for bm, bn, bk, w, s in [
@@ -534,13 +548,16 @@ def launch_nvfp4_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]; x bf16 [M, K]; W in nvfp4 storage (u8 [N, K/2], ...).
     A DEQUANT config runs nvfp4_dequant_linear instead of nvfp4_gemm_kernel, a WGMMA config the Gluon kernel, a WS
-    config the warp-specialized one.
+    config the warp-specialized one (an "SK" config of either: its persistent stream-K form).
     A "TILED" config takes W in layout.tile_nvfp4's order."""
     if config.get("DEQUANT"):
         return nvfp4_dequant_linear(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     if config.get("WGMMA") and config.get("SK"):
         from atlas.plugins_trt.quant_linear.gluon_gemm import launch_nvfp4_gemm_wgmma_sk
         return launch_nvfp4_gemm_wgmma_sk(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
+    if config.get("WS") and config.get("SK"):
+        from atlas.plugins_trt.quant_linear.gluon_ws import launch_nvfp4_gemm_rs_sk
+        return launch_nvfp4_gemm_rs_sk(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)
     if config.get("WGMMA"):
         from atlas.plugins_trt.quant_linear.gluon_gemm import launch_nvfp4_gemm_wgmma
         return launch_nvfp4_gemm_wgmma(x, weight, weight_scale, weight_scale_2, config, bias, residual, out)

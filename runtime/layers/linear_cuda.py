@@ -84,12 +84,14 @@ class CudaLinear:
                      stride_rm=0, stride_om=self.n)
 
     def _launch_sk(self, entry: dict, x: torch.Tensor, out: torch.Tensor, common: dict) -> None:
-        """gluon_gemm.nvfp4_gemm_wgmma_sk_kernel on x in its k order: whole tiles stored, the shared ones summed by
-        the kernel (FIX: counters, zero before and after) or by sk_reduce_kernel (launched where there are any)."""
+        """gluon_gemm.nvfp4_gemm_wgmma_sk_kernel or (WS) gluon_ws.nvfp4_gemm_rs_sk_kernel on x in its k order: whole
+        tiles stored, the shared ones summed by the kernel (FIX: counters, zero before and after) or by
+        sk_reduce_kernel (launched where there are any)."""
         from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+        from atlas.plugins_trt.quant_linear.gluon_ws import x_operand
 
         cfg, m = entry["config"], x.shape[0]
-        xp = gm.permute_k(x, cfg["BLOCK_K"])
+        xp = x_operand(x, cfg) if cfg.get("WS") else gm.permute_k(x, cfg["BLOCK_K"])
         dp = gm.sk_dp_tiles(cfg, m, self.n)
         part = torch.empty(gm.sk_partials_shape(cfg), device=x.device, dtype=torch.float32)
         cnt = gm.sk_counter_buffer(gm.sk_counters(cfg, m, self.n), x.device)
@@ -138,7 +140,7 @@ class CudaLinear:
             self._launch_split(entry, out, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)
-        elif self.fmt == "nvfp4" and entry["config"].get("SK"):  # the persistent wgmma GEMM (+ its reduction)
+        elif self.fmt == "nvfp4" and entry["config"].get("SK"):  # a persistent GEMM (+ its reduction)
             self._launch_sk(entry, x, out, common)
         elif self.fmt == "nvfp4" and entry["config"].get("WGMMA"):  # x in the kernel's k order first (one gather)
             from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k

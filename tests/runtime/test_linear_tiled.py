@@ -36,23 +36,23 @@ def split_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sk_engine(tmp_path_factory):
-    """Two tiny-llama-wide engines whose GEMM buckets take the persistent stream-K wgmma GEMM where K allows it (K a
-    multiple of 256): with the reduction launch, and with the in-kernel sums (FIX); the packed dequantization
-    elsewhere."""
+    """Three tiny-llama-wide engines whose GEMM buckets take a persistent stream-K GEMM where K allows it (K a
+    multiple of 256): the wgmma one with the reduction launch, the wgmma one with the in-kernel sums (FIX), and RS
+    (gluon_ws.nvfp4_gemm_rs_sk_kernel, BLOCK_K 128) with the reduction launch; the packed dequantization elsewhere."""
     red = GM.CONFIGS_nvfp4_wgmma_sk[0]
     fix = {**red, "FIX": True}
+    rs = next(c for c in GM.CONFIGS_nvfp4_ws_rs_sk if c["BLOCK_K"] == 128)
     tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
     mp = pytest.MonkeyPatch()
-    mp.setattr(GM, "CONFIGS_nvfp4_gemm", [red, tile])
+    engines = []
     try:
-        first = build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("sk") / "e", dtype="nvfp4",
-                                  device="cuda", autotune=False, progress=False))
-        mp.setattr(GM, "CONFIGS_nvfp4_gemm", [fix, tile])
-        second = build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("skfix") / "e",
-                                   dtype="nvfp4", device="cuda", autotune=False, progress=False))
+        for name, cfg in (("sk", red), ("skfix", fix), ("rssk", rs)):
+            mp.setattr(GM, "CONFIGS_nvfp4_gemm", [cfg, tile])
+            engines.append(build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp(name) / "e",
+                                             dtype="nvfp4", device="cuda", autotune=False, progress=False)))
     finally:
         mp.undo()
-    return first, second
+    return engines
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +146,9 @@ def test_split_wgmma_in_the_plan(split_engine):
 
 
 def test_sk_wgmma_in_the_plan(sk_engine):
-    """A persistent wgmma bucket names the kernel (its grid: the chip's programs) and, without FIX, the stream-K
-    reduction; K that the kernel cannot take (K % 256) falls back to the dequantization."""
+    """A persistent bucket names its kernel (wgmma, or RS with the consumers and the loader's four warps; its grid:
+    the chip's programs) and, without FIX, the stream-K reduction; K that the kernel cannot take (K % 256) falls back
+    to the dequantization."""
     seen = set()
     for result in sk_engine:
         table = result.manifest["kernels"]["kernels"]
@@ -155,13 +156,15 @@ def test_sk_wgmma_in_the_plan(sk_engine):
             k = int(key.split("x")[1])
             for bucket in ("64", "256", "2048"):
                 item = entry[bucket]
-                assert bool(item["config"].get("SK")) == (k % 256 == 0), (key, item["config"])
-                if item["config"].get("SK"):
-                    seen.add(bool(item["config"].get("FIX")))
-                    assert item["kernel"].startswith("nvfp4_wgmma_sk.") and table[item["kernel"]]["grid"][0] == \
-                        item["config"]["SK"]
-                    assert (item["reduce"] in table) != bool(item["config"].get("FIX")), item
-    assert seen == {True, False}
+                cfg = item["config"]
+                assert bool(cfg.get("SK")) == (k % 256 == 0), (key, cfg)
+                if cfg.get("SK"):
+                    seen.add((bool(cfg.get("FIX")), bool(cfg.get("WS"))))
+                    name = "nvfp4_rs_sk." if cfg.get("WS") else "nvfp4_wgmma_sk."
+                    assert item["kernel"].startswith(name) and table[item["kernel"]]["grid"][0] == cfg["SK"]
+                    assert table[item["kernel"]]["num_warps"] == cfg["num_warps"] + 4 * bool(cfg.get("WS"))
+                    assert (item["reduce"] in table) != bool(cfg.get("FIX")), item
+    assert seen == {(True, False), (False, False), (False, True)}
 
 
 @pytest.mark.parametrize("m", [64, 200, 300, 2048])
@@ -172,12 +175,14 @@ def test_sk_launch_arguments(m, sk_engine):
     from atlas.plugins_trt.quant_linear import gluon_gemm as gm
 
     for result in sk_engine:
-        item, (n, k), _, calls = _recorded_launches(result, m, "SK")
+        item, (n, k), x, calls = _recorded_launches(result, m, "SK")
         cfg = item["config"]
         dp = gm.sk_dp_tiles(cfg, m, n)
         (name, grid, args), *rest = calls
         assert name == item["kernel"] and grid == (cfg["SK"], 1, 1) and args["DP"] == dp and args["M"] == m
-        assert args["part_ptr"].shape == gm.sk_partials_shape(cfg) and args["cnt_ptr"].dtype == torch.int32
+        assert torch.equal(args["x_ptr"], gm.permute_k(x, cfg["BLOCK_K"]))
+        assert args["part_ptr"].shape == gm.sk_partials_shape(cfg)
+        assert ("cnt_ptr" in args) != bool(cfg.get("WS"))  # RS-SK has no FIX counters
         assert gm.sk_counters(cfg, m, n) > 0  # these shapes share tiles at every M (fewer tiles than programs)
         if cfg.get("FIX"):
             assert rest == []
@@ -347,14 +352,14 @@ def test_split_engine_linears_match_reference(m, split_engine):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [64, 200, 300])
-@pytest.mark.parametrize("fix", [False, True])
-def test_sk_engine_linears_match_reference(m, fix, sk_engine):
-    """Through CudaLinear (the AOT kernels), with the reduction launch or FIX; twice, so that the second call sees
-    FIX's counters back at zero."""
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["reduce", "fix", "rs"])
+def test_sk_engine_linears_match_reference(m, which, sk_engine):
+    """Through CudaLinear (the AOT kernels): wgmma with the reduction launch or FIX, RS with the reduction launch;
+    twice, so that the second call sees FIX's counters back at zero."""
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     for _ in range(2):
-        check_engine_linears(sk_engine[fix], m)
+        check_engine_linears(sk_engine[which], m)
 
 
 @pytest.mark.gpu
