@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -122,10 +122,19 @@ if [ "$what" = rssk ]; then  # RS on the persistent stream-K grid (gluon_ws.nvfp
         ws_sweep 14,36,37,38,39 llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,qwen3.5-27b.gate_up 300
     fi
 fi
+if [ "$what" = rsta ]; then  # TA (each consumer thread releases its own slots, no partition barrier before the
+    # release): its check and M 256 sweep beside RS and RS-SK (~2 minutes), then rsbench
+    if ws_check 40,41,42; then
+        ws_sweep 14,37,40,41,42 llama-3.1-8b.qkv,llama-3.1-8b.down,qwen3.5-27b.down,qwen3.5-27b.gate_up 150
+        cp "$out/nvfp4_wgmma_ws.json" "$out/nvfp4_wgmma_ws_ta.json"
+    fi
+    cp "$out/nvfp4_wgmma_ws_check.log" "$out/nvfp4_wgmma_ws_ta_check.log"
+    bash "$0" rsbench
+fi
 if [ "$what" = rsbench ]; then  # RS-SK and RS split-K 2 as build candidates: the stream-K and WS engines' GPU
     # tests (RS-SK through CudaLinear), the benchmark, then the x permutation's cost (~9 minutes)
     ws_tests "sk_engine or ws_engine or wgmma_streamk"
-    timeout ${RS_BENCH_TIMEOUT:-330} python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 \
+    timeout ${RS_BENCH_TIMEOUT:-400} python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 \
         | tee "$out/bench_gemm.log" | tail -12
     PERMK_TIMEOUT=90 bash "$0" permk
 fi

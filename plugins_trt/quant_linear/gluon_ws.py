@@ -178,9 +178,22 @@ def _loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_x
 
 
 @gluon.jit
+def _release(bar, pred, TA: gl.constexpr):
+    """A consumer's release of a ring slot: one arrival after a barrier over the partition (Triton's lowering of
+    mbarrier.arrive: thread 0 arrives once every warp is past it; `empty` counts 1), or with TA every thread's own
+    arrival (cp.async.mbarrier.arrive.noinc with no copies of its own outstanding: it arrives at once; `empty` counts
+    32 NW), so the warps of the partition never wait for each other."""
+    if TA:
+        if pred:
+            async_copy.mbarrier_arrive(bar, increment_count=False)
+    else:
+        mbarrier.arrive(bar, pred=pred)
+
+
+@gluon.jit
 def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, it, rel, KS: gl.constexpr, BN: gl.constexpr,
              BK: gl.constexpr, S: gl.constexpr, wL: gl.constexpr, sL: gl.constexpr, pL: gl.constexpr,
-             aL: gl.constexpr, BITS: gl.constexpr, PP: gl.constexpr = False):
+             aL: gl.constexpr, BITS: gl.constexpr, PP: gl.constexpr = False, TA: gl.constexpr = False):
     """RS, the block at ring position `it` (the count of blocks through the ring before it): wait for its slot,
     decode the words into the register A operand, issue the wgmma, wait for this partition's block before (it - KS;
     a_prev, its A operand, is a dependency of that wait, so its registers are not reused before) and release that
@@ -196,17 +209,17 @@ def _rs_step(acc, a_prev, w_s, s_s, x_s, ready, empty, it, rel, KS: gl.constexpr
     acc = warpgroup_mma(a, x_s.index(slot).permute((1, 0)), acc, is_async=True)
     if PP:
         acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_prev))
-        mbarrier.arrive(empty.index(slot))
+        _release(empty.index(slot), True, TA)
     else:
         acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_prev))
-        mbarrier.arrive(empty.index((it + S - KS) % S), pred=rel)
+        _release(empty.index((it + S - KS) % S), rel, TA)
     return acc, a, a_prev
 
 
 @gluon.jit
 def _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, P: gl.constexpr, KS: gl.constexpr, BM: gl.constexpr,
              BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr,
-             PP: gl.constexpr):
+             PP: gl.constexpr, TA: gl.constexpr = False):
     """RS: acc [BN, BM] fp32 over blocks b_lo + P, b_lo + P + KS, ... < b_hi (an even count), each decoded here
     from the ring's packed words into the register A operand (gluon_gemm's decode-in-the-loop, without its CTA
     barriers and copies)."""
@@ -216,9 +229,9 @@ def _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, P: gl.constexpr, KS: gl.co
     for kb in range(b_lo + P, b_hi, 2 * KS):
         it = kb - b_lo
         acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, it, it >= KS, KS, BN, BK, S, wL, sL, pL, aL,
-                               BITS, PP)
+                               BITS, PP, TA)
         acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, it + KS, True, KS, BN, BK, S, wL, sL, pL, aL,
-                               BITS, PP)
+                               BITS, PP, TA)
     acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
     return acc
 
@@ -226,10 +239,10 @@ def _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, P: gl.constexpr, KS: gl.co
 @gluon.jit
 def _consumer_rs(w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_hi, KS: gl.constexpr, BM: gl.constexpr,
                  BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr,
-                 PP: gl.constexpr):
+                 PP: gl.constexpr, TA: gl.constexpr = False):
     """RS, the default partition: blocks b_lo, b_lo + KS, ...; with KS = 2 it then adds the other consumer's
     accumulator (_consumer_rs_odd, through red_s once `done` completes)."""
-    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 0, KS, BM, BN, BK, S, NW, BITS, PP)
+    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 0, KS, BM, BN, BK, S, NW, BITS, PP, TA)
     if KS == 2:
         mbarrier.wait(done.index(0), 0)
         acc += red_s.load(acc.type.layout)
@@ -238,10 +251,11 @@ def _consumer_rs(w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_hi, KS: gl.co
 
 @gluon.jit
 def _consumer_rs_odd(w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr,
-                     BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr, PP: gl.constexpr):
+                     BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, BITS: gl.constexpr, PP: gl.constexpr,
+                     TA: gl.constexpr = False):
     """RS with KS = 2, a worker partition of NW warps: the odd blocks b_lo + 1, b_lo + 3, ...; its accumulator goes
     to red_s, then one arrival on `done` (after a barrier over the partition)."""
-    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 1, 2, BM, BN, BK, S, NW, BITS, PP)
+    acc = _rs_loop(w_s, s_s, x_s, ready, empty, b_lo, b_hi, 1, 2, BM, BN, BK, S, NW, BITS, PP, TA)
     red_s.store(acc)
     mbarrier.arrive(done.index(0))
 
@@ -254,7 +268,7 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                          SPLIT_K: gl.constexpr = 1, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
                          DREGS: gl.constexpr = 128, NAT: gl.constexpr = False, RS: gl.constexpr = False,
                          KS: gl.constexpr = 1, KREGS: gl.constexpr = 224, PP: gl.constexpr = False,
-                         XP: gl.constexpr = False):
+                         XP: gl.constexpr = False, TA: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual) with the arguments, grid and SPLIT_K partials of
     gluon_gemm.nvfp4_gemm_wgmma_kernel (x k-permuted by permute_k unless NAT), warp-specialized (module docstring):
     num_warps consumer warps (4 or 8: BLOCK_N / 64 warpgroups), DW decoder warps with DREGS registers each.
@@ -266,7 +280,8 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     even and the odd blocks of the same tile and add their accumulators at the end (through shared memory): the
     decode of one warpgroup-sized tile spread over twice the warps; K % (4 BLOCK_K SPLIT_K) == 0. PP: each consumer
     waits for its own wgmma before its next decode (_rs_step), holding one ring slot instead of two. XP (RS only): x
-    as given, put in the decode's k order by the loader's copies (_x_cols), no permute_k launch."""
+    as given, put in the decode's k order by the loader's copies (_x_cols), no permute_k launch. TA (RS only): every
+    consumer thread releases its slots itself (_release), no barrier over the consumer partition a block."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     pid, pk = gl.program_id(0), gl.program_id(1)
@@ -279,7 +294,7 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=32 * DW if RS else 32 * DW + 1)
-        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=32 * NW if TA else 1)
     if RS:
         shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
         w_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, BLOCK_K // 8], shl)
@@ -290,16 +305,16 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
             mbarrier.init(done.index(0), count=1)
             acc, = gl.warp_specialize([
                 (_consumer_rs, (w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_lo + per, KS, BLOCK_M, BLOCK_N,
-                                BLOCK_K, STAGES, NW, BITS, PP)),
+                                BLOCK_K, STAGES, NW, BITS, PP, TA)),
                 (_consumer_rs_odd, (w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_lo + per, BLOCK_M, BLOCK_N,
-                                    BLOCK_K, STAGES, NW, BITS, PP)),
+                                    BLOCK_K, STAGES, NW, BITS, PP, TA)),
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
                            pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
             ], [NW, DW], [KREGS, DREGS])
         else:
             acc, = gl.warp_specialize([
                 (_consumer_rs, (w_s, s_s, x_s, ready, empty, w_s, ready, b_lo, b_lo + per, KS, BLOCK_M, BLOCK_N,
-                                BLOCK_K, STAGES, NW, BITS, PP)),  # (red_s, done unused)
+                                BLOCK_K, STAGES, NW, BITS, PP, TA)),  # (red_s, done unused)
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
                            pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
             ], [DW], [DREGS])
@@ -339,7 +354,7 @@ def _sk_loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, s
 @gluon.jit
 def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, M, N, K, DP, stride_rm,
                  stride_om, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr,
-                 HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, BITS: gl.constexpr):
+                 HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, BITS: gl.constexpr, TA: gl.constexpr = False):
     """The RS consumers over a persistent program's work items: each item's blocks through _rs_step (its first
     block releases nothing: the item before released its last one after its final wait), then the item's epilogue
     here (gluon_gemm.sk_store: a whole tile stored, a part to part_ptr for sk_reduce_kernel)."""
@@ -354,12 +369,12 @@ def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_pt
         a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
         for q in range(p0, p1):  # two blocks a step (a pair), as _rs_loop
             acc, a0, a1 = _rs_step(acc, a1, w_s, s_s, x_s, ready, empty, g, q > p0, 1, BN, BK, S, wL, sL, pL, aL,
-                                   BITS)
+                                   BITS, False, TA)
             acc, a1, a0 = _rs_step(acc, a0, w_s, s_s, x_s, ready, empty, g + 1, True, 1, BN, BK, S, wL, sL, pL,
-                                   aL, BITS)
+                                   aL, BITS, False, TA)
             g += 2
         acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
-        mbarrier.arrive(empty.index((g + S - 1) % S))  # the item's last block: its wgmma has completed
+        _release(empty.index((g + S - 1) % S), True, TA)  # the item's last block: its wgmma has completed
         gm.sk_store(gl.convert_layout(acc, oL), t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr,
                     out_ptr, stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
     return ()
@@ -371,7 +386,7 @@ def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
                             TILED: gl.constexpr = False, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
-                            DREGS: gl.constexpr = 64, XP: gl.constexpr = False):
+                            DREGS: gl.constexpr = 64, XP: gl.constexpr = False, TA: gl.constexpr = False):
     """RS (nvfp4_gemm_ws_kernel's consumers and loader) on gluon_gemm.nvfp4_gemm_wgmma_sk_kernel's persistent grid and
     work walk: G programs, the first DP tiles whole, the rest as equal ranges of block pairs; the parts of shared
     tiles go to part_ptr for triton_gemv.sk_reduce_kernel (no FIX). The ring runs on across a program's items; each
@@ -386,10 +401,10 @@ def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=32 * DW)
-        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=32 * NW if TA else 1)
     gl.warp_specialize([
         (_sk_consumer, (w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, M, N, K, DP,
-                        stride_rm, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW, HAS_BIAS, HAS_RESIDUAL, BITS)),
+                        stride_rm, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW, HAS_BIAS, HAS_RESIDUAL, BITS, TA)),
         (_sk_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, stride_xm, stride_wn, stride_sn,
                       BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
     ], [DW], [DREGS])
@@ -400,12 +415,12 @@ def rs_sk_constexprs(config: dict, has_bias: bool = False, has_residual: bool = 
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
             "TILED": bool(config.get("TILED")), "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4),
-            "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP"))}
+            "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP")), "TA": bool(config.get("TA"))}
 
 
 def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
-    """AotSignature of nvfp4_gemm_rs_sk_kernel for a contiguous [N, K] weight: gluon_gemm.signature_nvfp4_gemm_wgmma_sk's
-    parameters less the FIX counters (x_ptr: x_operand's output); the grid is the config's "SK" programs, and
+    """AotSignature of nvfp4_gemm_rs_sk_kernel for a contiguous [N, K] weight: the parameters of
+    gluon_gemm.signature_nvfp4_gemm_wgmma_sk less the FIX counters (x_ptr: x_operand's output); the grid is the config's "SK" programs, and
     gluon_gemm.signature_sk_reduce sums the shared tiles after it."""
     from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
 
@@ -456,7 +471,8 @@ def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = Fal
             "HAS_RESIDUAL": has_residual and split == 1, "TILED": bool(config.get("TILED")), "SPLIT_K": split,
             "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128),
             "NAT": bool(config.get("NAT")), "RS": bool(config.get("RS")), "KS": config.get("KS", 1),
-            "KREGS": config.get("KREGS", 224), "PP": bool(config.get("PP")), "XP": bool(config.get("XP"))}
+            "KREGS": config.get("KREGS", 224), "PP": bool(config.get("PP")), "XP": bool(config.get("XP")),
+            "TA": bool(config.get("TA"))}
 
 
 def supports(config: dict, K: int) -> bool:

@@ -24,8 +24,8 @@ def test_ws_gemm_compiles_without_spills():
 
 
 # two consumer warpgroups, one, two decoder warpgroups; RS with two consumer warpgroups and one; RS with two
-# one-warpgroup consumer partitions (KS 2), and with PP; RS on the persistent stream-K grid
-@pytest.mark.parametrize("index", [0, 1, 7, 8, 14, 15, 20, 25, 35, 36])
+# one-warpgroup consumer partitions (KS 2), and with PP; RS on the persistent stream-K grid; TA on RS and on RS-SK
+@pytest.mark.parametrize("index", [0, 1, 7, 8, 14, 15, 20, 25, 35, 36, 40, 41])
 def test_ws_gemm_barrier_counts_match_the_ptx(index):
     from atlas.tools.dev.nvfp4_wgmma_ws import configs
 
@@ -34,8 +34,14 @@ def test_ws_gemm_barrier_counts_match_the_ptx(index):
         f"import json; from atlas.tools.dev.nvfp4_wgmma_ws import configs, sync_facts; "
         f"print(json.dumps(sync_facts(configs()[{index}])))").strip().splitlines()[-1])
     dw = cfg.get("DW", 4)
-    assert len(facts["noinc"]) == 1 and not facts["noinc"][0].startswith("@"), facts  # every decoder thread
     consumers, decoder = 32 * cfg["num_warps"], 32 * dw
+    if cfg.get("TA"):  # every loader thread's copies and every consumer thread's release (twice in the loop, once
+        # more at an SK item's end) are cp.async arrivals of one each: `ready` counts 32 DW, `empty` the consumers
+        assert facts["init_counts"] == sorted([decoder, consumers]) and facts["arrives"] == [], facts
+        assert len(facts["noinc"]) == 3 + ("SK" in cfg), facts
+        assert not any(line.startswith("@") for line in facts["noinc"]), facts
+        return
+    assert len(facts["noinc"]) == 1 and not facts["noinc"][0].startswith("@"), facts  # every decoder thread
     if cfg.get("RS"):  # the loader's cp.async arrivals fill `ready`; each consumer partition's arrive on `empty`
         # (twice: the loop is unrolled by two), and with KS 2 the odd partition's on `done`, is one thread's after a
         # barrier over that partition

@@ -59,9 +59,12 @@ def configs() -> list[dict]:
     # blocks of a 64-row tile; 23, 24 also SPLIT_K 2); 25-28 KS 2 with PP (each consumer waits for its own wgmma:
     # one slot held, not two); 29 RS SPLIT_K 2; 30-33 XP (x permuted by the loader's 4-byte copies, no permute_k
     # launch; the loader needs 96-152 registers, 64 spill); 34, 35 KS 2 at 128 x 64 with six slots, without and with
-    # PP; 36-39 RS on the persistent stream-K grid (132 programs: an H100 / H200's SMs; DP: sk_dp_tiles' mode).
+    # PP; 36-39 RS on the persistent stream-K grid (132 programs: an H100 / H200's SMs; DP: sk_dp_tiles' mode);
+    # 40-42 TA (every consumer thread releases its slots itself: no partition barrier before the release) on RS
+    # 128 x 128 x 128, RS-SK 128 x 128 x 128 and RS 256 x 128 x 64.
+    ta = [{**rs[0], "TA": True}, {**sk[1], "TA": True}, {**rs[3], "TA": True}]
     return (out + nat + rs + ks + pp + [{**rs[0], "SPLIT_K": 2}] + xp
-            + [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}] + sk)
+            + [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}] + sk + ta)
 
 
 def compile_sm90(config: dict):
@@ -198,7 +201,8 @@ def main() -> None:
     def tag(kind, cfg):
         form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "") \
             + (f" ks{cfg['KS']}" if "KS" in cfg else "") + (" pp" if cfg.get("PP") else "") \
-            + (" xp" if cfg.get("XP") else "") + (f" sk{cfg['SK']} dp{cfg['DP']}" if "SK" in cfg else "")
+            + (" xp" if cfg.get("XP") else "") + (f" sk{cfg['SK']} dp{cfg['DP']}" if "SK" in cfg else "") \
+            + (" ta" if cfg.get("TA") else "")
         return (f"{kind}{form} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} "
                 f"w{cfg['num_warps']} sk{cfg.get('SPLIT_K', 1)}")
 
