@@ -230,7 +230,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 raise RuntimeError(f"no {fmt} kernel configuration fits {n}x{k} at M bucket {bucket}")
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             tag = "_".join(f"{v}" for v in cfg.values())
-            item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None}
+            item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None, "perm": None}
             if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
                 from atlas.plugins_trt.quant_linear import gluon_streamk
                 item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
@@ -276,5 +276,11 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
                 item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
                                      gemv.grid_splitk_reduce(rcfg, bucket, n))
+            if bucket not in GEMV_BUCKETS and fmt == "nvfp4":
+                from atlas.plugins_trt.quant_linear import gluon_gemm
+                if gluon_gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
+                    bk = cfg["BLOCK_K"]
+                    item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
+                                       gluon_gemm.grid_permute_k(bk, bucket, k))
             entry[str(bucket)] = item
     return compiled, plan

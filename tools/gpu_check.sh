@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -130,6 +130,16 @@ if [ "$what" = rsta ]; then  # TA (each consumer thread releases its own slots, 
     fi
     cp "$out/nvfp4_wgmma_ws_check.log" "$out/nvfp4_wgmma_ws_ta_check.log"
     bash "$0" rsbench
+fi
+if [ "$what" = permbench ]; then  # permute_k_kernel (x into the wgmma kernels' k order, one launch) and TA among
+    # the candidates: the permutation's cost, the benchmark, then the GPU tests of every way that launches them (~9 min)
+    PERMK_TIMEOUT=90 bash "$0" permk
+    timeout ${PB_BENCH_TIMEOUT:-340} python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 \
+        | tee "$out/bench_gemm.log" | tail -12
+    timeout ${PB_TEST_TIMEOUT:-150} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        tests/plugins_trt/test_quant_linear_triton.py tests/build_engine/test_aot_kernels.py tests/runtime/test_linear_cuda.py \
+        -k "permute or sk_engine or ws_engine or split_engine or wgmma_streamk or aot or wgmma_way or compiles_nothing" 2>&1 \
+        | tee "$out/pytest_perm_gpu.log" | tail -8
 fi
 if [ "$what" = rsbench ]; then  # RS-SK and RS split-K 2 as build candidates: the stream-K and WS engines' GPU
     # tests (RS-SK through CudaLinear), the benchmark, then the x permutation's cost (~9 minutes)

@@ -19,6 +19,7 @@ the hardware in its natural k order, so x is permuted the same way first (`permu
 from __future__ import annotations
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -497,10 +498,57 @@ def permute_k_view(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) ->
     return out
 
 
-def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] bf16 -> its columns in the kernel's k order (a gather; out: a preallocated [M, K] buffer)."""
+def permute_cols(BK: int) -> int:
+    """triton_gemm.permute_k_kernel's COLS for blocks of BK (a whole number of blocks)."""
+    from atlas.plugins_trt.quant_linear.triton_gemm import PERMUTE_CONFIG
+    return max(PERMUTE_CONFIG["COLS"], BK) // BK * BK
+
+
+def block_index(BK: int, device) -> torch.Tensor:
+    """int32 [BK]: the k order inside one block (triton_gemm.permute_k_kernel's idx)."""
+    key = ("block", BK, str(device))
+    if key not in _PERM:
+        _PERM[key] = k_phys.fn(torch.arange(BK), BK).to(torch.int32).to(device)
+    return _PERM[key]
+
+
+def gather_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """permute_k as torch.index_select (the CPU's way, and CudaLinear's for an engine built before its plan named
+    permute_k_kernel)."""
     idx = permutation(x.shape[1], BK, x.device)
     return torch.index_select(x, 1, idx, out=out) if out is not None else torch.index_select(x, 1, idx)
+
+
+def permutes_x(config: dict) -> bool:
+    """Whether an M >= 64 nvfp4 config reads x in the decode's k order (permute_k first): the wgmma kernels, and
+    the warp-specialized ones but NAT (natural order) and XP (the loader permutes)."""
+    return bool(config.get("WGMMA") or (config.get("WS") and not (config.get("NAT") or config.get("XP"))))
+
+
+def grid_permute_k(BK: int, M: int, K: int) -> tuple[int, int, int]:
+    from atlas.plugins_trt.quant_linear.triton_gemm import PERMUTE_CONFIG
+    return (-(-M // PERMUTE_CONFIG["ROWS"]), -(-K // permute_cols(BK)), 1)
+
+
+def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] bf16 -> its columns in the kernel's k order (out: a preallocated [M, K] buffer):
+    triton_gemm.permute_k_kernel on the GPU (Triton's JIT: the build's tuner, tests, tools; engines launch its AOT
+    compile), a gather elsewhere."""
+    from atlas.plugins_trt.quant_linear.triton_gemm import PERMUTE_CONFIG, permute_k_kernel
+
+    if x.device.type != "cuda":
+        return gather_k(x, BK, out)
+    M, K = x.shape
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    out = torch.empty(M, K, dtype=x.dtype, device=x.device) if out is None else out
+    if M == 0:
+        return out
+    cols = permute_cols(BK)
+    permute_k_kernel[(triton.cdiv(M, PERMUTE_CONFIG["ROWS"]), triton.cdiv(K, cols), 1)](
+        x, block_index(BK, x.device), out, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=PERMUTE_CONFIG["ROWS"],
+        COLS=cols, num_warps=PERMUTE_CONFIG["num_warps"], num_stages=PERMUTE_CONFIG["num_stages"])
+    return out
 
 
 def launch_nvfp4_gemm_wgmma(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,

@@ -484,7 +484,7 @@ def supports(config: dict, K: int) -> bool:
 
 def x_operand(x: torch.Tensor, config: dict, out: torch.Tensor | None = None) -> torch.Tensor:
     """The activation as a WS config's kernel reads it: as given (NAT, XP) or in the decode's k order (permute_k)."""
-    return x.contiguous() if config.get("NAT") or config.get("XP") else gm.permute_k(x, config["BLOCK_K"], out)
+    return gm.permute_k(x, config["BLOCK_K"], out) if gm.permutes_x(config) else x.contiguous()
 
 
 def signature_nvfp4_gemm_ws(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):

@@ -322,13 +322,13 @@ tools/results/nvfp4_wgmma_ws_check_h100.log), but slower than the shipped config
 tests/runtime/test_linear_tiled.py)."""
 CONFIGS_nvfp4_ws_rs = [
     {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": 4, "num_warps": w,
-     "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 1}
+     "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 1, "TA": True}
     for bm, bn, bk, w in [(128, 128, 128, 8), (256, 64, 64, 4), (256, 128, 64, 8)]
 ] + [{"WS": True, "RS": True, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "STAGES": 4, "num_warps": 8,
-      "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 2}]
+      "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 2, "TA": True}]
 CONFIGS_nvfp4_ws_rs_sk = [
     {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": bk, "STAGES": 4, "num_warps": 8,
-     "num_stages": 1, "DW": 4, "DREGS": 64, "SK_PER_SM": 1, "DP": 1}
+     "num_stages": 1, "DW": 4, "DREGS": 64, "SK_PER_SM": 1, "DP": 1, "TA": True}
     for bm, bk in [(128, 128), (256, 64)]
 ]
 CONFIGS_nvfp4_ws_ks = [
@@ -345,6 +345,9 @@ candidates (the decoder-partition WS configs above are not).
 CONFIGS_nvfp4_ws_ks: RS with two one-warpgroup consumer partitions on the even and odd blocks of a 64-row tile (KS 2,
 K % (4 BLOCK_K SPLIT_K) == 0): correct, 1.5-2x slower than RS on the same H100 (nvfp4_wgmma_ws_ks_h100.json: the two
 consumers hold all four ring slots), so GPU-tested (ws_engine) but not a candidate.
+TA (every consumer thread releases its slots itself, no partition barrier before the release) on all of them: as
+fast or faster on every shape timed (tools/results/nvfp4_wgmma_ws_ta_h100.json, same run: 8B qkv 36.5 -> 36.1 us,
+8B down 110.6 -> 106.8, 27B gate_up 194.6 -> 189.1, RS-SK 8B down 78.7 -> 77.0).
 The fourth RS config splits K in two (fp32 partials + the split-K reduction): 8B down at M 256 72.5 us against 108.8
 unsplit and 80.2 shipped (tools/results/nvfp4_wgmma_ws_rsnext_h100.json, H100, same run).
 CONFIGS_nvfp4_ws_rs_sk: RS on the persistent stream-K grid (gluon_ws.nvfp4_gemm_rs_sk_kernel, one program an SM,
@@ -412,6 +415,26 @@ def grid_quantize_rows_fp8(config: dict, M: int) -> tuple[int, int, int]:
     return (M, 1, 1)
 
 
+@triton.jit(do_not_specialize=["M"])
+def permute_k_kernel(x_ptr, idx_ptr, out_ptr, M, K, stride_xm, stride_om, BK: tl.constexpr, ROWS: tl.constexpr,
+                     COLS: tl.constexpr):
+    """out[m, kb + j] = x[m, kb + idx[j]] for every BK block kb (idx: int32 [BK], gluon_gemm.block_index: the wgmma kernels' k order): ROWS rows by
+    COLS columns (whole BK blocks; gluon_gemm.permute_cols) a program, grid (cdiv(M, ROWS), cdiv(K, COLS), 1). The loads gather inside a
+    block's 2 BK bytes of a row, whose sectors the program reads whole; the stores are contiguous. The permutation
+    as one kernel at about a copy's cost, where torch.index_select took 2.8-3.6x a copy at M 256 on an H100
+    (tools/results/permute_k_h100.log)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * COLS + tl.arange(0, COLS)
+    src = cols // BK * BK + tl.load(idx_ptr + cols % BK)
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + src[None, :], mask=mask)
+    tl.store(out_ptr + rows[:, None].to(tl.int64) * stride_om + cols[None, :], x, mask=mask)
+
+
+PERMUTE_CONFIG = {"ROWS": 8, "COLS": 512, "num_warps": 4, "num_stages": 1}
+"""permute_k_kernel's tile: 8 rows x 512 columns (8 KB of x), four warps."""
+PERMUTE_GRID = ("cdiv(M, ROWS)", "cdiv(K, COLS)", "1")
+
 # ---- AOT signatures -------------------------------------------------------------------------------------------
 
 GEMM_GRID = ("cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)", "1", "1")
@@ -469,6 +492,17 @@ def signature_fp8_gemm(config: dict, N: int, K: int, has_bias: bool = False,
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K, "stride_rm": N, "stride_om": N}
     return aot_signature(fp8_gemm_kernel, types, ints, _gemm_constexprs(config, has_bias, has_residual), config,
                          GEMM_GRID)
+
+
+def signature_permute_k(BK: int, K: int):
+    """AotSignature of permute_k_kernel for contiguous [M, K] activations (M a run-time argument)."""
+    from atlas.plugins_trt.quant_linear.gluon_gemm import permute_cols
+
+    types = {"x_ptr": "*bf16", "idx_ptr": "*i32", "out_ptr": "*bf16", "M": "i32", "K": "i32", "stride_xm": "i32",
+             "stride_om": "i32"}
+    cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK)}
+    return aot_signature(permute_k_kernel, types, {"K": K, "stride_xm": K, "stride_om": K}, cx, PERMUTE_CONFIG,
+                         PERMUTE_GRID)
 
 
 def signature_quantize_rows_fp8(config: dict, K: int) -> AotSignature:

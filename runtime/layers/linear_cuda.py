@@ -88,10 +88,9 @@ class CudaLinear:
         tiles stored, the shared ones summed by the kernel (FIX: counters, zero before and after) or by
         sk_reduce_kernel (launched where there are any)."""
         from atlas.plugins_trt.quant_linear import gluon_gemm as gm
-        from atlas.plugins_trt.quant_linear.gluon_ws import x_operand
 
         cfg, m = entry["config"], x.shape[0]
-        xp = x_operand(x, cfg) if cfg.get("WS") else gm.permute_k(x, cfg["BLOCK_K"])
+        xp = self._x_operand(entry, x)
         dp = gm.sk_dp_tiles(cfg, m, self.n)
         part = torch.empty(gm.sk_partials_shape(cfg), device=x.device, dtype=torch.float32)
         cnt = gm.sk_counter_buffer(gm.sk_counters(cfg, m, self.n), x.device)
@@ -101,6 +100,22 @@ class CudaLinear:
             self._launch(entry["reduce"], part_ptr=part, ws2_ptr=self.weight_scale_2, bias_ptr=self.bias,
                          res_ptr=None, out_ptr=out, M=m, N=self.n, K=self.k, DP=dp, G=cfg["SK"], stride_rm=0,
                          stride_om=self.n)
+
+    def _x_operand(self, entry: dict, x: torch.Tensor) -> torch.Tensor:
+        """x as a wgmma / warp-specialized bucket's kernel reads it: in the decode's k order by the plan's
+        permute_k_kernel (one launch), as given (NAT, XP), or for an engine whose plan names no permutation kernel
+        (built before it) by a torch gather."""
+        from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+        cfg = entry["config"]
+        if not gm.permutes_x(cfg):
+            return x.contiguous()
+        if not entry.get("perm"):
+            return gm.gather_k(x, cfg["BLOCK_K"])
+        xp = torch.empty_like(x)
+        self._launch(entry["perm"], x_ptr=x, idx_ptr=gm.block_index(cfg["BLOCK_K"], x.device), out_ptr=xp,
+                     M=x.shape[0], K=self.k, stride_xm=x.stride(0), stride_om=xp.stride(0))
+        return xp
 
     def _dequant_linear(self, entry: dict, x: torch.Tensor, out: torch.Tensor) -> None:
         """Large M: the precompiled nvfp4_dequant_kernel writes `rows` weight rows as bf16 into a workspace, cuBLAS
@@ -142,15 +157,8 @@ class CudaLinear:
             self._dequant_linear(entry, x, out)
         elif self.fmt == "nvfp4" and entry["config"].get("SK"):  # a persistent GEMM (+ its reduction)
             self._launch_sk(entry, x, out, common)
-        elif self.fmt == "nvfp4" and entry["config"].get("WGMMA"):  # x in the kernel's k order first (one gather)
-            from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k
-
-            xp = permute_k(x, entry["config"]["BLOCK_K"])
-            self._launch_split(entry, out, x_ptr=xp, **{**common, "stride_xm": xp.stride(0)})
-        elif self.fmt == "nvfp4" and entry["config"].get("WS"):  # the warp-specialized GEMM (x permuted unless NAT)
-            from atlas.plugins_trt.quant_linear.gluon_ws import x_operand
-
-            xp = x_operand(x, entry["config"])
+        elif self.fmt == "nvfp4" and (entry["config"].get("WGMMA") or entry["config"].get("WS")):
+            xp = self._x_operand(entry, x)  # the wgmma / warp-specialized GEMM: x in its k order first
             self._launch_split(entry, out, x_ptr=xp, **{**common, "stride_xm": xp.stride(0)})
         elif self.fmt == "nvfp4":
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, **common)

@@ -872,3 +872,42 @@ def test_gemv_pdl_chain_gpu(fmt, M):
             torch.cuda.synchronize()
             assert torch.equal(got, want), f"{fmt} M={M} {cfg}: the PDL chain differs from the plain one"
         print(f"{fmt} M={M} {cfg}: PDL chain of {len(layers)} equals the plain chain over 20 graph replays")
+
+
+def _permute_cases():
+    """(M, K, BK, ROWS, COLS): a partial row tile, a partial column tile (K not a multiple of COLS), the shipped tile."""
+    return [(5, 256, 64, 4, 128), (9, 640, 128, 4, 256), (3, 512, 128, 8, 512)]
+
+
+def _check_permute_k_kernel(M, K, BK, ROWS, COLS, device):
+    import triton
+
+    from atlas.plugins_trt.quant_linear.gluon_gemm import block_index, permutation
+
+    x = torch.randn(M, K, generator=torch.Generator().manual_seed(M * K + BK)).to(torch.bfloat16).to(device)
+    out = torch.full_like(x, float("nan"))
+    GM.permute_k_kernel[(triton.cdiv(M, ROWS), triton.cdiv(K, COLS), 1)](
+        x, block_index(BK, device), out, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=ROWS, COLS=COLS)
+    assert torch.equal(out, x[:, permutation(K, BK, device)]), (M, K, BK, ROWS, COLS)
+
+
+@cpu_only
+@pytest.mark.parametrize("case", _permute_cases())
+def test_permute_k_kernel_interpreted(case):
+    """permute_k_kernel (x into the wgmma kernels' k order, one launch) equals the gather by gluon_gemm.permutation,
+    on fresh random rows, with partial row and column tiles."""
+    _check_permute_k_kernel(*case, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _permute_cases())
+def test_permute_k_kernel_gpu(case):
+    """As test_permute_k_kernel_interpreted, compiled; and gluon_gemm.permute_k (which launches it) equals the
+    gather at the benchmark's K values and M 300."""
+    from atlas.plugins_trt.quant_linear.gluon_gemm import gather_k, permute_k
+
+    _check_permute_k_kernel(*case, "cuda")
+    for k in (4096, 5120, 14336, 17408):
+        x = torch.randn(300, k, device="cuda").to(torch.bfloat16)
+        for bk in (64, 128):
+            assert torch.equal(permute_k(x, bk), gather_k(x, bk)), (k, bk)

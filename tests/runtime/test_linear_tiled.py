@@ -178,9 +178,10 @@ def test_sk_launch_arguments(m, sk_engine):
         item, (n, k), x, calls = _recorded_launches(result, m, "SK")
         cfg = item["config"]
         dp = gm.sk_dp_tiles(cfg, m, n)
+        xp, calls = _permutation_launch(item, x, k, calls)
         (name, grid, args), *rest = calls
         assert name == item["kernel"] and grid == (cfg["SK"], 1, 1) and args["DP"] == dp and args["M"] == m
-        assert torch.equal(args["x_ptr"], gm.permute_k(x, cfg["BLOCK_K"]))
+        assert args["x_ptr"] is xp
         assert args["part_ptr"].shape == gm.sk_partials_shape(cfg)
         assert ("cnt_ptr" in args) != bool(cfg.get("WS"))  # RS-SK has no FIX counters
         assert gm.sk_counters(cfg, m, n) > 0  # these shapes share tiles at every M (fewer tiles than programs)
@@ -190,6 +191,21 @@ def test_sk_launch_arguments(m, sk_engine):
             (rname, rgrid, rargs), = rest
             assert rname == item["reduce"] and rgrid == gm.grid_sk_reduce(cfg, m, n) and rargs["DP"] == dp
             assert rargs["G"] == cfg["SK"] and rargs["part_ptr"] is args["part_ptr"]
+
+
+def _permutation_launch(item: dict, x: torch.Tensor, k: int, calls: list) -> tuple[torch.Tensor, list]:
+    """The first recorded launch is the plan's permute_k_kernel on x (its grid from its recorded formula, the
+    block's k order as idx, an [M, K] output): returns that output buffer (what the next launch must read) and the
+    launches after it."""
+    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+    (name, grid, args), *rest = calls
+    bk = item["config"]["BLOCK_K"]
+    assert name == item["perm"] == f"permute_k.{k}.{bk}" and grid == gm.grid_permute_k(bk, x.shape[0], k)
+    assert args["x_ptr"] is x and torch.equal(args["idx_ptr"], gm.block_index(bk, "cpu")) and args["K"] == k
+    out = args["out_ptr"]
+    assert out.shape == x.shape and args["stride_xm"] == args["stride_om"] == k
+    return out, rest
 
 
 def _recorded_launches(result, m: int, way: str):
@@ -244,17 +260,22 @@ def test_ws_in_the_plan(ws_engine):
 
 @pytest.mark.parametrize("m", [64, 300])
 def test_ws_launch_arguments(m, ws_engine):
-    """CudaLinear hands the NAT and XP kernels x itself and the others x in the decode's k order (permute_k), with
-    the grid of the wgmma kernel; a split bucket's partials go to the reduction."""
+    """CudaLinear hands the NAT and XP kernels x itself and the others x in the decode's k order (the plan's
+    permute_k_kernel launched first), with the grid of the wgmma kernel; a split bucket's partials go to the
+    reduction."""
     from atlas.plugins_trt.quant_linear import gluon_gemm as gm
 
     for result in ws_engine:
         item, (n, k), x, calls = _recorded_launches(result, m, "WS")
         cfg = item["config"]
+        if gm.permutes_x(cfg):
+            want, calls = _permutation_launch(item, x, k, calls)
+        else:
+            want = x
+            assert item["perm"] is None
         (name, grid, args), *rest = calls
         assert name == item["kernel"] and grid == gm.grid_wgmma(cfg, m, n) and args["M"] == m
-        want = x if cfg.get("NAT") or cfg.get("XP") else gm.permute_k(x, cfg["BLOCK_K"])
-        assert torch.equal(args["x_ptr"], want) and args["stride_xm"] == k
+        assert args["x_ptr"] is want and args["stride_xm"] == k
         if cfg.get("SPLIT_K", 1) > 1:
             (rname, _, rargs), = rest
             assert rname == item["reduce"] and rargs["part_ptr"] is args["out_ptr"]

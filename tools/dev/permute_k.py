@@ -1,5 +1,6 @@
-"""Experiment helper (GPU box): what the wgmma GEMM's x permutation costs. permute_k (a gather, torch.index_select)
-against permute_k_view (one strided copy), a plain copy of x (the floor for any permutation launched on its own) and
+"""Experiment helper (GPU box): what the wgmma GEMM's x permutation costs. permute_k (triton_gemm.permute_k_kernel,
+what engines launch), gather_k (torch.index_select, the launchers' way before it) and permute_k_view (one strided
+copy), against a plain copy of x (the floor for any permutation launched on its own) and
 the bytes moved; M 64 / 256 / 2048 at the benchmark's K values, each CHAIN launches in one CUDA graph (one launch
 a graph measured the replay's own ~18 us on an H100, tools/results/permute_k_h100.json).
 
@@ -17,7 +18,7 @@ CHAIN = 50
 def main() -> None:
     import torch
 
-    from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k, permute_k_view
+    from atlas.plugins_trt.quant_linear.gluon_gemm import gather_k, permute_k, permute_k_view
     from atlas.tools.bench.timing import copy_bandwidth, device_info, graph_time
 
     out_dir = os.environ.get("OUT", "/tmp/out")
@@ -30,8 +31,10 @@ def main() -> None:
             o = torch.empty_like(x)
             row = {"M": m, "K": k, "bytes": 2 * x.numel() * 2}
             for bk in (64, 128):
-                assert torch.equal(permute_k_view(x, bk, o), permute_k(x, bk))
-                row[f"gather_bk{bk}_us"] = graph_time([lambda: permute_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
+                assert torch.equal(permute_k_view(x, bk, o), gather_k(x, bk))
+                assert torch.equal(permute_k(x, bk), gather_k(x, bk))
+                row[f"kernel_bk{bk}_us"] = graph_time([lambda: permute_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
+                row[f"gather_bk{bk}_us"] = graph_time([lambda: gather_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
                 row[f"view_bk{bk}_us"] = graph_time([lambda: permute_k_view(x, bk, o)] * CHAIN, repeats=20) * 1e6
             row["copy_us"] = graph_time([lambda: o.copy_(x)] * CHAIN, repeats=20) * 1e6
             res["rows"].append(row)
