@@ -488,8 +488,8 @@ def permute_k_view(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) ->
     """permute_k as one strided copy instead of a gather: inside a block, k's bits (s0, i0, i1, s1, r0, rhi from
     the lowest) sit at physical bits (s0, s1, r0, rhi, i0, i1), so viewing x's block as [i1, i0, rhi, r0, s1, s0]
     and moving the dims to (rhi, r0, s1, i1, i0, s0) is the permutation. Equal to permute_k (tests); on an H100
-    5-8% faster than the gather at M 2048 (tools/results/permute_k_h100.json; that run could not resolve M 64 / 256),
-    not yet used by the launchers."""
+    slower than permute_k_kernel at every M and K timed (tools/results/permute_k_kernel_h100.log), so not used
+    by the launchers."""
     M, K = x.shape
     v = x.view(M, K // BK, 2, 2, BK // 32, 2, 2, 2).permute(0, 1, 4, 5, 6, 2, 3, 7)
     if out is None:
