@@ -276,11 +276,9 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
                 item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
                                      gemv.grid_splitk_reduce(rcfg, bucket, n))
-            if bucket not in GEMV_BUCKETS and fmt == "nvfp4":
-                from atlas.plugins_trt.quant_linear import gluon_gemm
-                if gluon_gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
-                    bk = cfg["BLOCK_K"]
-                    item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
-                                       gluon_gemm.grid_permute_k(bk, bucket, k))
+            if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
+                bk = cfg["BLOCK_K"]
+                item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
+                                   gemm.grid_permute_k(bk, bucket, k))
             entry[str(bucket)] = item
     return compiled, plan

@@ -405,13 +405,10 @@ def signature_nvfp4_gemm_wgmma(config: dict, N: int, K: int, has_bias: bool = Fa
     """AotSignature of nvfp4_gemm_wgmma_kernel for a contiguous [N, K] weight (M stays a run-time argument); x_ptr is
     the k-permuted activation (permute_k with BLOCK_K); out_ptr '*fp32' partials [SPLIT_K, M, N] when SPLIT_K > 1
     (followed by splitk_reduce_kernel, which adds the bias and residual)."""
+    from atlas.plugins_trt.quant_linear.triton_gemm import nvfp4_gemm_params
     from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
 
-    out = "*fp32" if config.get("SPLIT_K", 1) > 1 else "*bf16"
-    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
-             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
-    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    types, ints = nvfp4_gemm_params(N, K, "*fp32" if config.get("SPLIT_K", 1) > 1 else "*bf16")
     return aot_signature(nvfp4_gemm_wgmma_kernel, types, ints, wgmma_constexprs(config, has_bias, has_residual),
                          config, WGMMA_GRID)
 
@@ -430,13 +427,10 @@ def signature_nvfp4_gemm_wgmma_sk(config: dict, N: int, K: int, has_bias: bool =
                                   has_residual: bool = False):
     """AotSignature of nvfp4_gemm_wgmma_sk_kernel for a contiguous [N, K] weight: M and DP (sk_dp_tiles of the
     launch's M) are run-time arguments, the grid is the config's "SK" programs."""
+    from atlas.plugins_trt.quant_linear.triton_gemm import nvfp4_gemm_params
     from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
 
-    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
-             "K": "i32", "DP": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32",
-             "stride_om": "i32"}
-    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    types, ints = nvfp4_gemm_params(N, K, part_ptr="*fp32", cnt_ptr="*i32", DP="i32")
     return aot_signature(nvfp4_gemm_wgmma_sk_kernel, types, ints, sk_constexprs(config, has_bias, has_residual),
                          config, (str(config["SK"]), "1", "1"))
 
@@ -498,12 +492,6 @@ def permute_k_view(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) ->
     return out
 
 
-def permute_cols(BK: int) -> int:
-    """triton_gemm.permute_k_kernel's COLS for blocks of BK (a whole number of blocks)."""
-    from atlas.plugins_trt.quant_linear.triton_gemm import PERMUTE_CONFIG
-    return max(PERMUTE_CONFIG["COLS"], BK) // BK * BK
-
-
 def block_index(BK: int, device) -> torch.Tensor:
     """int32 [BK]: the k order inside one block (triton_gemm.permute_k_kernel's idx)."""
     key = ("block", BK, str(device))
@@ -519,22 +507,12 @@ def gather_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch
     return torch.index_select(x, 1, idx, out=out) if out is not None else torch.index_select(x, 1, idx)
 
 
-def permutes_x(config: dict) -> bool:
-    """Whether an M >= 64 nvfp4 config reads x in the decode's k order (permute_k first): the wgmma kernels, and
-    the warp-specialized ones but NAT (natural order) and XP (the loader permutes)."""
-    return bool(config.get("WGMMA") or (config.get("WS") and not (config.get("NAT") or config.get("XP"))))
-
-
-def grid_permute_k(BK: int, M: int, K: int) -> tuple[int, int, int]:
-    from atlas.plugins_trt.quant_linear.triton_gemm import PERMUTE_CONFIG
-    return (-(-M // PERMUTE_CONFIG["ROWS"]), -(-K // permute_cols(BK)), 1)
-
-
 def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] bf16 -> its columns in the kernel's k order (out: a preallocated [M, K] buffer):
     triton_gemm.permute_k_kernel on the GPU (Triton's JIT: the build's tuner, tests, tools; engines launch its AOT
     compile), a gather elsewhere."""
-    from atlas.plugins_trt.quant_linear.triton_gemm import PERMUTE_CONFIG, permute_k_kernel
+    from atlas.plugins_trt.quant_linear.triton_gemm import (PERMUTE_CONFIG, grid_permute_k, permute_cols,
+                                                            permute_k_kernel)
 
     if x.device.type != "cuda":
         return gather_k(x, BK, out)
@@ -544,10 +522,9 @@ def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torc
     out = torch.empty(M, K, dtype=x.dtype, device=x.device) if out is None else out
     if M == 0:
         return out
-    cols = permute_cols(BK)
-    permute_k_kernel[(triton.cdiv(M, PERMUTE_CONFIG["ROWS"]), triton.cdiv(K, cols), 1)](
+    permute_k_kernel[grid_permute_k(BK, M, K)](
         x, block_index(BK, x.device), out, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=PERMUTE_CONFIG["ROWS"],
-        COLS=cols, num_warps=PERMUTE_CONFIG["num_warps"], num_stages=PERMUTE_CONFIG["num_stages"])
+        COLS=permute_cols(BK), num_warps=PERMUTE_CONFIG["num_warps"], num_stages=PERMUTE_CONFIG["num_stages"])
     return out
 
 

@@ -420,15 +420,12 @@ def rs_sk_constexprs(config: dict, has_bias: bool = False, has_residual: bool = 
 
 def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
     """AotSignature of nvfp4_gemm_rs_sk_kernel for a contiguous [N, K] weight: the parameters of
-    gluon_gemm.signature_nvfp4_gemm_wgmma_sk less the FIX counters (x_ptr: x_operand's output); the grid is the config's "SK" programs, and
-    gluon_gemm.signature_sk_reduce sums the shared tiles after it."""
+    gluon_gemm.signature_nvfp4_gemm_wgmma_sk less the FIX counters (x_ptr: x_operand's output); the grid is the
+    config's "SK" programs, and gluon_gemm.signature_sk_reduce sums the shared tiles after it."""
+    from atlas.plugins_trt.quant_linear.triton_gemm import nvfp4_gemm_params
     from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
 
-    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
-             "DP": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32",
-             "stride_om": "i32"}
-    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    types, ints = nvfp4_gemm_params(N, K, part_ptr="*fp32", DP="i32")
     return aot_signature(nvfp4_gemm_rs_sk_kernel, types, ints, rs_sk_constexprs(config, has_bias, has_residual),
                          config, (str(config["SK"]), "1", "1"))
 
@@ -484,19 +481,18 @@ def supports(config: dict, K: int) -> bool:
 
 def x_operand(x: torch.Tensor, config: dict, out: torch.Tensor | None = None) -> torch.Tensor:
     """The activation as a WS config's kernel reads it: as given (NAT, XP) or in the decode's k order (permute_k)."""
-    return gm.permute_k(x, config["BLOCK_K"], out) if gm.permutes_x(config) else x.contiguous()
+    from atlas.plugins_trt.quant_linear.triton_gemm import permutes_x
+
+    return gm.permute_k(x, config["BLOCK_K"], out) if permutes_x(config) else x.contiguous()
 
 
 def signature_nvfp4_gemm_ws(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
     """AotSignature of nvfp4_gemm_ws_kernel for a contiguous [N, K] weight: gluon_gemm.signature_nvfp4_gemm_wgmma's
     parameters and grid (x_ptr: x_operand's output; out_ptr fp32 partials with SPLIT_K > 1)."""
+    from atlas.plugins_trt.quant_linear.triton_gemm import nvfp4_gemm_params
     from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
 
-    out = "*fp32" if config.get("SPLIT_K", 1) > 1 else "*bf16"
-    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
-             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
-    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    types, ints = nvfp4_gemm_params(N, K, "*fp32" if config.get("SPLIT_K", 1) > 1 else "*bf16")
     return aot_signature(nvfp4_gemm_ws_kernel, types, ints, ws_constexprs(config, has_bias, has_residual), config,
                          gm.WGMMA_GRID)
 

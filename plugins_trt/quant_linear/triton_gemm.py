@@ -324,13 +324,10 @@ CONFIGS_nvfp4_ws_rs = [
     {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": 4, "num_warps": w,
      "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 1, "TA": True}
     for bm, bn, bk, w in [(128, 128, 128, 8), (256, 64, 64, 4), (256, 128, 64, 8)]
-] + [{"WS": True, "RS": True, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "STAGES": 4, "num_warps": 8,
-      "num_stages": 1, "DW": 4, "DREGS": 64, "SPLIT_K": 2, "TA": True}]
-CONFIGS_nvfp4_ws_rs_sk = [
-    {"WS": True, "RS": True, "BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": bk, "STAGES": 4, "num_warps": 8,
-     "num_stages": 1, "DW": 4, "DREGS": 64, "SK_PER_SM": 1, "DP": 1, "TA": True}
-    for bm, bk in [(128, 128), (256, 64)]
 ]
+CONFIGS_nvfp4_ws_rs += [{**CONFIGS_nvfp4_ws_rs[0], "SPLIT_K": 2}]
+CONFIGS_nvfp4_ws_rs_sk = [{**{k: v for k, v in CONFIGS_nvfp4_ws_rs[i].items() if k != "SPLIT_K"},
+                           "SK_PER_SM": 1, "DP": 1} for i in (0, 2)]
 CONFIGS_nvfp4_ws_ks = [
     {"WS": True, "RS": True, "KS": 2, "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 4, "num_warps": 4,
      "num_stages": 1, "DW": 4, "DREGS": 56, "KREGS": 224, "SPLIT_K": sk}
@@ -358,7 +355,8 @@ against 35.8 RS)."""
 CONFIGS_nvfp4_ws_xp = [{**CONFIGS_nvfp4_ws_rs[0], "XP": True, "DREGS": 96},
                        {**CONFIGS_nvfp4_ws_rs[2], "XP": True, "DREGS": 152}]
 """RS with XP: x as given, put in the decode's k order by the loader's 4-byte copies (no permute_k launch; the loader
-needs 96-152 registers). Compiled and CPU-tested, not yet run on a GPU: not a candidate."""
+needs 96-152 registers). Correct, but slower than RS on every shape but 8B qkv, where it is level (H100,
+tools/results/nvfp4_wgmma_ws_rsnext_h100.json): GPU-tested (ws_engine), not a candidate."""
 CONFIGS_nvfp4_ws += CONFIGS_nvfp4_ws_rs + CONFIGS_nvfp4_ws_ks + CONFIGS_nvfp4_ws_xp
 CONFIGS_nvfp4_gemm += CONFIGS_nvfp4_wgmma + CONFIGS_nvfp4_wgmma_sk + CONFIGS_nvfp4_ws_rs + CONFIGS_nvfp4_ws_rs_sk
 """Candidates for nvfp4 at M >= 64: nvfp4_gemm_kernel tiles, the dequantize + cuBLAS configs ("DEQUANT"), the Gluon
@@ -418,11 +416,11 @@ def grid_quantize_rows_fp8(config: dict, M: int) -> tuple[int, int, int]:
 @triton.jit(do_not_specialize=["M"])
 def permute_k_kernel(x_ptr, idx_ptr, out_ptr, M, K, stride_xm, stride_om, BK: tl.constexpr, ROWS: tl.constexpr,
                      COLS: tl.constexpr):
-    """out[m, kb + j] = x[m, kb + idx[j]] for every BK block kb (idx: int32 [BK], gluon_gemm.block_index: the wgmma kernels' k order): ROWS rows by
-    COLS columns (whole BK blocks; gluon_gemm.permute_cols) a program, grid (cdiv(M, ROWS), cdiv(K, COLS), 1). The loads gather inside a
-    block's 2 BK bytes of a row, whose sectors the program reads whole; the stores are contiguous. The permutation
-    as one kernel at about a copy's cost, where torch.index_select took 2.8-3.6x a copy at M 256 on an H100
-    (tools/results/permute_k_h100.log)."""
+    """out[m, kb + j] = x[m, kb + idx[j]] for every BK block kb (idx: int32 [BK], gluon_gemm.block_index: the wgmma
+    kernels' k order): ROWS rows by COLS columns (whole BK blocks, permute_cols) a program, grid (cdiv(M, ROWS),
+    cdiv(K, COLS), 1). The loads gather inside a block's 2 BK bytes of a row, whose sectors the program reads whole;
+    the stores are contiguous. torch.index_select, its way before, took 2.8-3.6x a copy at M 256 on an H100
+    (tools/results/permute_k_h100.log); this kernel 1.5-1.8x less (permute_k_kernel_h100.log)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * COLS + tl.arange(0, COLS)
     src = cols // BK * BK + tl.load(idx_ptr + cols % BK)
@@ -435,9 +433,35 @@ PERMUTE_CONFIG = {"ROWS": 8, "COLS": 512, "num_warps": 4, "num_stages": 1}
 """permute_k_kernel's tile: 8 rows x 512 columns (8 KB of x), four warps."""
 PERMUTE_GRID = ("cdiv(M, ROWS)", "cdiv(K, COLS)", "1")
 
+
+def permutes_x(config: dict) -> bool:
+    """Whether an M >= 64 nvfp4 config reads x in the decode's k order (permute_k_kernel first): the Gluon wgmma
+    kernels, and the warp-specialized ones but NAT (natural order) and XP (the loader permutes)."""
+    return bool(config.get("WGMMA") or (config.get("WS") and not (config.get("NAT") or config.get("XP"))))
+
+
+def permute_cols(BK: int) -> int:
+    """permute_k_kernel's COLS for blocks of BK (a whole number of blocks)."""
+    return max(PERMUTE_CONFIG["COLS"], BK) // BK * BK
+
+
+def grid_permute_k(BK: int, M: int, K: int) -> tuple[int, int, int]:
+    return (triton.cdiv(M, PERMUTE_CONFIG["ROWS"]), triton.cdiv(K, permute_cols(BK)), 1)
+
 # ---- AOT signatures -------------------------------------------------------------------------------------------
 
 GEMM_GRID = ("cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)", "1", "1")
+
+
+def nvfp4_gemm_params(N: int, K: int, out: str = "*bf16", **own: str) -> tuple[dict, dict]:
+    """(types, values fixed at build) of the run-time parameters every nvfp4 GEMM kernel shares (nvfp4_gemm_kernel,
+    the Gluon wgmma, warp-specialized and stream-K ones) for a contiguous [N, K] weight; out: out_ptr's type; own:
+    a kernel's further parameters and their types (aot_signature orders them by the kernel's own parameter list)."""
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
+             "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32", **own}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    return types, ints
 
 
 def _gemm_constexprs(config: dict, has_bias: bool, has_residual: bool) -> dict:
@@ -453,10 +477,7 @@ def signature_nvfp4_gemm(config: dict, N: int, K: int, has_bias: bool = False,
     """AotSignature of nvfp4_gemm_kernel for a contiguous [N, K] weight (M stays a run-time argument); a "TILED"
     config reads it in layout.tile_nvfp4's order."""
     check_tiled(config, N, K)
-    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
-             "res_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
-             "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
-    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    types, ints = nvfp4_gemm_params(N, K)
     return aot_signature(nvfp4_gemm_kernel, types, ints, _gemm_constexprs(config, has_bias, has_residual), config,
                          GEMM_GRID)
 
@@ -496,8 +517,6 @@ def signature_fp8_gemm(config: dict, N: int, K: int, has_bias: bool = False,
 
 def signature_permute_k(BK: int, K: int):
     """AotSignature of permute_k_kernel for contiguous [M, K] activations (M a run-time argument)."""
-    from atlas.plugins_trt.quant_linear.gluon_gemm import permute_cols
-
     types = {"x_ptr": "*bf16", "idx_ptr": "*i32", "out_ptr": "*bf16", "M": "i32", "K": "i32", "stride_xm": "i32",
              "stride_om": "i32"}
     cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK)}

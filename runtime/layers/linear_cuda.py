@@ -106,9 +106,10 @@ class CudaLinear:
         permute_k_kernel (one launch), as given (NAT, XP), or for an engine whose plan names no permutation kernel
         (built before it) by a torch gather."""
         from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+        from atlas.plugins_trt.quant_linear.triton_gemm import permutes_x
 
         cfg = entry["config"]
-        if not gm.permutes_x(cfg):
+        if not permutes_x(cfg):
             return x.contiguous()
         if not entry.get("perm"):
             return gm.gather_k(x, cfg["BLOCK_K"])

@@ -201,14 +201,14 @@ def _permutation_launch(item: dict, x: torch.Tensor, k: int, calls: list) -> tup
 
     (name, grid, args), *rest = calls
     bk = item["config"]["BLOCK_K"]
-    assert name == item["perm"] == f"permute_k.{k}.{bk}" and grid == gm.grid_permute_k(bk, x.shape[0], k)
+    assert name == item["perm"] == f"permute_k.{k}.{bk}" and grid == GM.grid_permute_k(bk, x.shape[0], k)
     assert args["x_ptr"] is x and torch.equal(args["idx_ptr"], gm.block_index(bk, "cpu")) and args["K"] == k
     out = args["out_ptr"]
     assert out.shape == x.shape and args["stride_xm"] == args["stride_om"] == k
     return out, rest
 
 
-def _recorded_launches(result, m: int, way: str):
+def _recorded_launches(result, m: int, way: str, drop_perm: bool = False):
     """CudaLinear's launches for M rows on the first linear whose plan takes `way` at that M, recorded on the CPU
     against the engine's kernel table: (plan item, the linear's N and K, x, [(kernel, grid, arguments by name)])."""
     from safetensors.torch import load_file
@@ -229,6 +229,8 @@ def _recorded_launches(result, m: int, way: str):
     for f in m_["weights"]:
         stored.update(load_file(str(result.path / f)))
     key, plan = next((k, e) for k, e in m_["linear_kernels"].items() if e[str(bucket_for(m))]["config"].get(way))
+    if drop_perm:  # a plan as engines built before permute_k_kernel wrote it
+        plan = {b: {n: v for n, v in item.items() if n != "perm"} for b, item in plan.items()}
     n, k = (int(v) for v in key.split(":")[1].split("x"))
     prefix = next(p for p, t in stored.items() if p.endswith(".weight") and tuple(t.shape) == (n, k // 2))[:-7]
     t = {s: stored[f"{prefix}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")}
@@ -268,7 +270,7 @@ def test_ws_launch_arguments(m, ws_engine):
     for result in ws_engine:
         item, (n, k), x, calls = _recorded_launches(result, m, "WS")
         cfg = item["config"]
-        if gm.permutes_x(cfg):
+        if GM.permutes_x(cfg):
             want, calls = _permutation_launch(item, x, k, calls)
         else:
             want = x
@@ -282,6 +284,18 @@ def test_ws_launch_arguments(m, ws_engine):
             assert args["out_ptr"].shape == (cfg["SPLIT_K"], m, n)
         else:
             assert rest == []
+
+
+def test_engine_without_the_permutation_kernel_gathers(ws_engine):
+    """An engine whose plan names no permute_k_kernel (built before it) still runs: CudaLinear permutes x with the
+    torch gather and launches the GEMM alone."""
+    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+    result = next(r for r in ws_engine if any(GM.permutes_x(e["256"]["config"])
+                                              for e in r.manifest["linear_kernels"].values()))
+    item, _, x, calls = _recorded_launches(result, 256, "WS", drop_perm=True)
+    (name, _, args), *_ = calls  # (then the split-K reduction, if any)
+    assert name == item["kernel"] and torch.equal(args["x_ptr"], gm.gather_k(x, item["config"]["BLOCK_K"]))
 
 
 def test_streamk_candidates():

@@ -21,12 +21,6 @@ from atlas.plugins_trt.quant_linear import triton_gemm as GM
 from atlas.plugins_trt.quant_linear import gluon_ws as W
 
 
-def launch(x, weight, weight_scale, weight_scale_2, config):
-    """A WS config through its launcher: the persistent RS stream-K kernel with "SK", else nvfp4_gemm_ws_kernel."""
-    fn = W.launch_nvfp4_gemm_rs_sk if "SK" in config else W.launch_nvfp4_gemm_ws
-    return fn(x, weight, weight_scale, weight_scale_2, config)
-
-
 def configs() -> list[dict]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, STAGES, consumer warps, SPLIT_K, decoder warps, register split) variants, tiled +
     BITS, then three of them in natural k order (NAT). A register split (DREGS for the decoder, MAXNREG for the
@@ -176,8 +170,8 @@ def check() -> bool:
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ ref_w.T
             for cfg in picked_configs():
-                y1 = launch(x, w, ws, ws2, cfg)
-                y2 = launch(x, w, ws, ws2, cfg)
+                y1 = GM.launch_nvfp4_gemm(x, w, ws, ws2, cfg)  # the dispatcher: RS-SK with "SK", else WS
+                y2 = GM.launch_nvfp4_gemm(x, w, ws, ws2, cfg)
                 torch.cuda.synchronize()
                 err, same = rel(y1, ref), bool(torch.equal(y1, y2))
                 ok &= err < 1e-2 and same
@@ -196,7 +190,7 @@ def main() -> None:
         cfgs = []
         if case is not None:  # whichever way gemm.json shipped (the dispatcher launches any)
             cfgs.append(("shipped", GM.launch_nvfp4_gemm, case["nvfp4"]["config"]))
-        return cfgs + [("plain", gm.launch_nvfp4_gemm_wgmma, plain)] + [("ws", launch, c) for c in ws]
+        return cfgs + [("plain", gm.launch_nvfp4_gemm_wgmma, plain)] + [("ws", GM.launch_nvfp4_gemm, c) for c in ws]
 
     def tag(kind, cfg):
         form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "") \
