@@ -133,14 +133,35 @@ def streamk_candidates(bucket: int, n: int, k: int, sm_count: int = SM_COUNT) ->
     return out
 
 
+WK_TILES = {1: [(16, 256, 4, 4, 4), (16, 256, 4, 4, 2), (16, 128, 4, 4, 4), (16, 256, 8, 8, 2)],
+            4: [(16, 128, 4, 4, 4), (16, 256, 4, 4, 4), (16, 256, 8, 8, 2)]}
+"""WK GEMV configs (gluon_gemv.nvfp4_gemv_wk_kernel: a program's K range over WK groups of its warps, one launch, no
+split-K reduction) by the largest M bucket they serve: (BLOCK_N, BLOCK_K, num_warps, WK, PRE), SPLIT_K 1, tiled +
+BITS. H100 sweep beside the shipped configs (tools/results/nvfp4_wk_h100.json, `python -m atlas.tools.dev.nvfp4_wk`):
+faster at M 1 on five of six shapes (8B lm_head 122.8 -> 103.7 us, 27B gate_up 47.5 -> 42.6, 8B qkv 8.1 -> 7.4) and at
+M 4 on three, slower at M 8 / 16 (each warp reads the whole x tile for its 16 rows)."""
+
+
+def wk_candidates(bucket: int, n: int, k: int) -> list[dict]:
+    """The WK GEMV configs (WK_TILES) for a tiled NVFP4 [n, k] weight at this M bucket; none for a weight that is not
+    tiled or a bucket above 4."""
+    tiles = next((WK_TILES[b] for b in sorted(WK_TILES) if bucket <= b), [])
+    if not is_tiled("nvfp4", n, k):
+        return []
+    return [{"BLOCK_M": bucket, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "num_warps": nw, "num_stages": 1,
+             "GLUON": True, "PIPE": 1, "TILED": True, "BITS": True, "WK": wk, "PRE": pre}
+            for bn, bk, nw, wk, pre in tiles if n % bn == 0 and k % bk == 0]
+
+
 def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int, sm_count: int = SM_COUNT) -> list[dict]:
     """What the build times for an NVFP4 GEMV bucket: gemv_candidates' split GEMVs (tiled when the weight is), then
-    the stream-K configs. A build without timing takes the first."""
+    the stream-K configs and the WK ones. A build without timing takes the first."""
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
     tiled = is_tiled("nvfp4", n, k)
     configs = tiled_configs(gemv.CONFIGS_nvfp4_gemv) if tiled else gemv.CONFIGS_nvfp4_gemv
-    return gemv_candidates(configs, bucket, n, most, k) + streamk_candidates(bucket, n, k, sm_count)
+    return (gemv_candidates(configs, bucket, n, most, k) + streamk_candidates(bucket, n, k, sm_count)
+            + wk_candidates(bucket, n, k))
 
 
 def _random_weights(fmt: str, n: int, k: int):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -272,6 +272,30 @@ if [ "$what" = profileqkv ]; then  # profilewg on the nvfp4_m256 minimum, 8B qkv
     t='"num_stages": 1, "TILED": true, "BITS": true, "W_SMEM": true, "WGMMA": true, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "STAGES": 4, "num_warps": 8'
     WGCASES="llama-3.1-8b.qkv 256 {$t}
 llama-3.1-8b.qkv 256 {$t, \"SK\": 132, \"DP\": 1}" bash "$0" profilewg
+fi
+if [ "$what" = wk ]; then  # the WK GEMV (the K range over a program's warp groups, no reduction launch): its GPU
+    # tests, then the sweep beside the shipped configs (tools/dev/nvfp4_wk.py)
+    timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py -k wk_gemv 2>&1 \
+        | tee "$out/pytest_wk_gpu.log" | tail -8
+    timeout ${WK_TIMEOUT:-360} python3 -m atlas.tools.dev.nvfp4_wk ${WK_ARGS:-} 2>&1 | tee "$out/nvfp4_wk.log" \
+        | grep -a " M=\|Error" | tail -30
+fi
+if [ "$what" = rspdl ]; then  # the RS build candidates with and without PDL (their first weight blocks copied
+    # before the wait for permute_k): small shapes against the reference, then M 256 beside the shipped config, then
+    # the permutation kernel's and the WS engines' GPU tests
+    timeout 120 python3 -m atlas.tools.dev.nvfp4_wgmma_ws --check --only 43,44,45,46,47,48,49,50 2>&1 \
+        | tee "$out/nvfp4_wgmma_ws_pdl_check.log" | tail -4
+    timeout ${RSPDL_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_wgmma_ws --only 43,44,45,46,47,48,49,50 \
+        ${RSPDL_ARGS:-} 2>&1 | tee "$out/nvfp4_wgmma_ws_pdl.log" | grep -a " M=\|Error" | tail -70
+    [ -f "$out/nvfp4_wgmma_ws.json" ] && mv "$out/nvfp4_wgmma_ws.json" "$out/nvfp4_wgmma_ws_pdl.json"
+    timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        tests/plugins_trt/test_quant_linear_triton.py -k "ws or permute" 2>&1 | tee "$out/pytest_rspdl_gpu.log" | tail -6
+fi
+if [ "$what" = wkbench ]; then  # the WK and PDL engines' GPU tests, then the benchmark with their candidates
+    timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        -k "wk_engine or ws_engine" 2>&1 | tee "$out/pytest_wkbench_gpu.log" | tail -6
+    timeout ${BENCH_TIMEOUT:-440} python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 \
+        | tee "$out/bench_gemm.log" | tail -30
 fi
 if [ "$what" = gemm ] || [ "$what" = all ]; then
     python3 -m atlas.tools.bench_gemm --out "$out/gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30

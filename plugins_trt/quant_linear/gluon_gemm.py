@@ -510,7 +510,7 @@ def gather_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch
 def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] bf16 -> its columns in the kernel's k order (out: a preallocated [M, K] buffer):
     triton_gemm.permute_k_kernel on the GPU (Triton's JIT: the build's tuner, tests, tools; engines launch its AOT
-    compile), a gather elsewhere."""
+    compile; both with programmatic dependent launch), a gather elsewhere."""
     from atlas.plugins_trt.quant_linear.triton_gemm import (PERMUTE_CONFIG, grid_permute_k, permute_cols,
                                                             permute_k_kernel)
 
@@ -524,7 +524,8 @@ def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torc
         return out
     permute_k_kernel[grid_permute_k(BK, M, K)](
         x, block_index(BK, x.device), out, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=PERMUTE_CONFIG["ROWS"],
-        COLS=permute_cols(BK), num_warps=PERMUTE_CONFIG["num_warps"], num_stages=PERMUTE_CONFIG["num_stages"])
+        COLS=permute_cols(BK), PDL=True, launch_pdl=True, num_warps=PERMUTE_CONFIG["num_warps"],
+        num_stages=PERMUTE_CONFIG["num_stages"])
     return out
 
 

@@ -514,3 +514,123 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     _store_out(acc, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, mma)),
                gl.arange(0, MP, layout=gl.SliceLayout(0, mma)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
+# ---- WK: the K range split over the warps of a program (one launch, no split-K reduction) ------------------------
+
+@gluon.jit
+def _warp_k_group(NW: gl.constexpr, WK: gl.constexpr):
+    """The K group of this thread's warp, (tid.x / 32) // (NW / WK), as a scalar: a value the compiler cannot see
+    differ between warps. It feeds only the addresses and masks of the loads (which every thread issues for its own
+    registers) so that each warp reads its own group's blocks, x included, whose layout replicates the x tile over
+    the warps as the mma's B operand does. A scalar keeps the loads 16 bytes wide (a per-element value would not)."""
+    w = gl.inline_asm_elementwise("{ .reg .u32 t; mov.u32 t, %tid.x; shr.u32 $0, t, 5; }", "=r", [], dtype=gl.int32,
+                                  is_pure=True, pack=1)
+    return w // (NW // WK)
+
+
+@gluon.jit
+def _wk_block(acc, wd, sr, x_rows, kx, b_hi, nb, xmask, BV: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr,
+              KW: gl.constexpr, MP: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr,
+              bL: gl.constexpr, BITS: gl.constexpr):
+    """One block a group: words wd and scale bytes sr of the group's block kx, x of it (zero past the split, where
+    the clamped weights then add nothing)."""
+    x = gl.load(x_rows + gl.minimum(kx, nb - 1) * BK, mask=xmask & (kx < b_hi), other=0.0)
+    return _block(acc, wd, _scales(sr, BV, KW, wL), _x_operand(x, BK, MP, RP, bL), BV, BK, RP, pL, aL, BITS)
+
+
+@gluon.jit
+def _wk_sum(acc, BN: gl.constexpr, MP: gl.constexpr, WK: gl.constexpr, oL: gl.constexpr):
+    """acc [WK BN, MP] of the WK groups (row v: output row v % BN, group v // BN) -> their sum [BN, MP] in oL, through
+    shared memory, in group order (deterministic)."""
+    red = gl.allocate_shared_memory(gl.float32, [WK * BN, MP], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    red.store(acc)
+    gl.thread_barrier()
+    y = red.slice(0, BN).load(oL)
+    for g in gl.static_range(1, WK):
+        y += red.slice(g * BN, BN).load(oL)
+    return y
+
+
+@gluon.jit
+def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                         M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
+                         HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
+                         PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
+                         BITS: gl.constexpr = False, WK: gl.constexpr = 2):
+    """nvfp4_gemv_mma_kernel (same parameters, grid and outputs) with the program's K range dealt over WK groups of
+    its warps instead of its rows: group g takes blocks b_lo + g, b_lo + g + WK, ... of the rows pid BLOCK_N ..
+    + BLOCK_N, and the groups' accumulators are summed through shared memory at the end. So a layer needs no
+    split-K reduction launch for enough programs (8B qkv: 384 programs of 16 rows at SPLIT_K 1, where the plain form
+    needs SPLIT_K 4-8 and a second launch: 0.7-1.6 us of its 7.5-9.3 on the H200, NOTES.md). The mma sees WK BLOCK_N
+    virtual rows (BLOCK_N WK == 16 num_warps: one 16-row slab a warp), group g's warps holding the rows' words of
+    its blocks; x, the B operand, differs between the groups (_warp_k_group). PRE 2 / 4: the first PRE blocks of
+    every group loaded before the PDL wait."""
+    NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(PIPE == 1)
+    gl.static_assert(BLOCK_N * WK == 16 * NW)
+    gl.static_assert(PRE == 0 or PRE == 2 or PRE == 4)
+    MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
+    BK: gl.constexpr = BLOCK_K
+    BN: gl.constexpr = BLOCK_N
+    BV: gl.constexpr = BLOCK_N * WK
+    KW: gl.constexpr = BK // 8
+    RP: gl.constexpr = BK // 32
+    mma, aL, bL, wL, sL, pL, xL = mma_layouts(BV, BK, MP, NW)
+    pid, pk = gl.program_id(0), gl.program_id(1)
+    nb = K // BK
+    per = (nb + SPLIT_K - 1) // SPLIT_K
+    b_lo = pk * per
+    b_hi = gl.minimum(b_lo + per, nb)
+    vw = gl.arange(0, BV, layout=gl.SliceLayout(1, wL))
+    vs = gl.arange(0, BV, layout=gl.SliceLayout(1, sL))
+    w_rows, s_rows = _row_ptrs(w_ptr, ws_ptr, gl.minimum(pid * BN + vw % BN, N - 1),
+                               gl.minimum(pid * BN + vs % BN, N - 1), gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+                               gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK, TILED)
+    g0 = b_lo + _warp_k_group(NW, WK)  # the warp's group's first block (the group of its rows vw // BN)
+    if TILED:
+        gl.static_assert(BK % 128 == 0)
+        wstep = (BK // 128) * 2048
+        sstep = (BK // 128) * 1024
+    else:
+        wstep = KW
+        sstep = BK // 16
+    xc = gl.arange(0, BK, layout=gl.SliceLayout(0, xL))
+    xm = gl.arange(0, MP, layout=gl.SliceLayout(1, xL))
+    x_rows = x_ptr + xm[:, None] * stride_xm + xc[None, :]
+    xmask = (xm < M)[:, None]
+    acc = gl.zeros([BV, MP], gl.float32, layout=mma)
+    nt = (b_hi - b_lo + WK - 1) // WK  # steps: every group takes one block a step
+    if PDL:
+        _gdc_launch_dependents()
+        if PRE == 0:
+            _gdc_wait()
+    if PRE > 0:  # the first PRE steps' weights before the PDL wait (clamped past the split, where x is zero)
+        w0 = gl.load(w_rows + gl.minimum(g0, nb - 1) * wstep)
+        s0 = gl.load(s_rows + gl.minimum(g0, nb - 1) * sstep)
+        w1 = gl.load(w_rows + gl.minimum(g0 + WK, nb - 1) * wstep)
+        s1 = gl.load(s_rows + gl.minimum(g0 + WK, nb - 1) * sstep)
+        if PRE == 4:
+            w2 = gl.load(w_rows + gl.minimum(g0 + 2 * WK, nb - 1) * wstep)
+            s2 = gl.load(s_rows + gl.minimum(g0 + 2 * WK, nb - 1) * sstep)
+            w3 = gl.load(w_rows + gl.minimum(g0 + 3 * WK, nb - 1) * wstep)
+            s3 = gl.load(s_rows + gl.minimum(g0 + 3 * WK, nb - 1) * sstep)
+        if PDL:
+            _gdc_wait()
+        acc = _wk_block(acc, w0, s0, x_rows, g0, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+        acc = _wk_block(acc, w1, s1, x_rows, g0 + WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+        if PRE == 4:
+            acc = _wk_block(acc, w2, s2, x_rows, g0 + 2 * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
+                            BITS)
+            acc = _wk_block(acc, w3, s3, x_rows, g0 + 3 * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
+                            BITS)
+    for t in range(PRE, nt):
+        wd = gl.load(w_rows + gl.minimum(g0 + t * WK, nb - 1) * wstep)
+        sr = gl.load(s_rows + gl.minimum(g0 + t * WK, nb - 1) * sstep)
+        acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+    oL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // MP, MP], [NW, 1], [1, 0])
+    y = _wk_sum(acc, BN, MP, WK, oL)
+    _store_out(y, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL)),
+               gl.arange(0, MP, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+               stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)

@@ -167,13 +167,27 @@ def _copy_block(w_s, s_s, x_s, ready, empty, it, kb, wp, sp, x_rows, BK: gl.cons
 @gluon.jit
 def _loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn, pid_n,
             pid_m, b_lo, b_hi, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr,
-            DW: gl.constexpr, TILED: gl.constexpr, XP: gl.constexpr = False):
+            DW: gl.constexpr, TILED: gl.constexpr, XP: gl.constexpr = False, PDL: gl.constexpr = False):
     """RS: fill slot (kb - b_lo) % S with block kb's packed words, scale bytes and x in the decode's k order by
     cp.async, for kb in [b_lo, b_hi); every loader thread arrives on the slot's `ready` barrier when its copies have
-    landed. x comes k-permuted (permute_k), or with XP as given and permuted by the copies (4-byte ones)."""
+    landed. x comes k-permuted (permute_k), or with XP as given and permuted by the copies (4-byte ones). PDL: the
+    first S blocks' words and scales (nobody's output) are copied before waiting for the kernel before (permute_k,
+    which writes x), their x after it."""
     wp, sp, x_rows = _loader_ptrs(w_ptr, ws_ptr, x_ptr, M, N, K, stride_xm, stride_wn, stride_sn, pid_n, pid_m, BM,
                                   BN, BK, DW, TILED, XP)
-    for kb in range(b_lo, b_hi):
+    first = b_lo
+    if PDL:
+        for i in gl.static_range(S):  # the ring's first use: no slot to wait for
+            if b_lo + i < b_hi:
+                async_copy.async_copy_global_to_shared(w_s.index(i), wp + gm._woff(b_lo + i, BK, TILED))
+                async_copy.async_copy_global_to_shared(s_s.index(i), sp + gm._soff(b_lo + i, BK, TILED))
+        gg._gdc_wait()
+        for i in gl.static_range(S):
+            if b_lo + i < b_hi:
+                async_copy.async_copy_global_to_shared(x_s.index(i), x_rows + (b_lo + i) * BK)
+                async_copy.mbarrier_arrive(ready.index(i), increment_count=False)
+        first = b_lo + S
+    for kb in range(first, b_hi):
         _copy_block(w_s, s_s, x_s, ready, empty, kb - b_lo, kb, wp, sp, x_rows, BK, S, TILED)
 
 
@@ -268,7 +282,7 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                          SPLIT_K: gl.constexpr = 1, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
                          DREGS: gl.constexpr = 128, NAT: gl.constexpr = False, RS: gl.constexpr = False,
                          KS: gl.constexpr = 1, KREGS: gl.constexpr = 224, PP: gl.constexpr = False,
-                         XP: gl.constexpr = False, TA: gl.constexpr = False):
+                         XP: gl.constexpr = False, TA: gl.constexpr = False, PDL: gl.constexpr = False):
     """out[M, N] = x @ W^T (+ bias) (+ residual) with the arguments, grid and SPLIT_K partials of
     gluon_gemm.nvfp4_gemm_wgmma_kernel (x k-permuted by permute_k unless NAT), warp-specialized (module docstring):
     num_warps consumer warps (4 or 8: BLOCK_N / 64 warpgroups), DW decoder warps with DREGS registers each.
@@ -281,8 +295,11 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     decode of one warpgroup-sized tile spread over twice the warps; K % (4 BLOCK_K SPLIT_K) == 0. PP: each consumer
     waits for its own wgmma before its next decode (_rs_step), holding one ring slot instead of two. XP (RS only): x
     as given, put in the decode's k order by the loader's copies (_x_cols), no permute_k launch. TA (RS only): every
-    consumer thread releases its slots itself (_release), no barrier over the consumer partition a block."""
+    consumer thread releases its slots itself (_release), no barrier over the consumer partition a block. PDL (RS
+    only): compiled for programmatic dependent launch, the loader's first S weight blocks copied before its wait for
+    the kernel before (_loader), the epilogue's reads (residual) after the consumers' own wait."""
     NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(RS or not PDL)
     gl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
     pid, pk = gl.program_id(0), gl.program_id(1)
     n_m = gl.cdiv(M, BLOCK_M)
@@ -309,14 +326,16 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                 (_consumer_rs_odd, (w_s, s_s, x_s, ready, empty, red_s, done, b_lo, b_lo + per, BLOCK_M, BLOCK_N,
                                     BLOCK_K, STAGES, NW, BITS, PP, TA)),
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
-                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
+                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP,
+                           PDL)),
             ], [NW, DW], [KREGS, DREGS])
         else:
             acc, = gl.warp_specialize([
                 (_consumer_rs, (w_s, s_s, x_s, ready, empty, w_s, ready, b_lo, b_lo + per, KS, BLOCK_M, BLOCK_N,
                                 BLOCK_K, STAGES, NW, BITS, PP, TA)),  # (red_s, done unused)
                 (_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, stride_xm, stride_wn, stride_sn,
-                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
+                           pid // n_m, pid % n_m, b_lo, b_lo + per, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP,
+                           PDL)),
             ], [DW], [DREGS])
     else:
         w_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K],
@@ -328,6 +347,8 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                         NAT)),
         ], [DW], [DREGS])
     oL: gl.constexpr = gm.out_layout(BLOCK_N, NW)
+    if PDL:  # the residual may be the kernel before's output (the loader waited in its own warps)
+        gg._gdc_wait()
     gg._store_out(gl.convert_layout(acc, oL),
                   (pid // n_m) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, oL)),
                   (pid % n_m) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr,
@@ -469,7 +490,7 @@ def ws_constexprs(config: dict, has_bias: bool = False, has_residual: bool = Fal
             "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4), "DREGS": config.get("DREGS", 128),
             "NAT": bool(config.get("NAT")), "RS": bool(config.get("RS")), "KS": config.get("KS", 1),
             "KREGS": config.get("KREGS", 224), "PP": bool(config.get("PP")), "XP": bool(config.get("XP")),
-            "TA": bool(config.get("TA"))}
+            "TA": bool(config.get("TA")), "PDL": bool(config.get("PDL"))}
 
 
 def supports(config: dict, K: int) -> bool:
@@ -520,7 +541,7 @@ def launch_nvfp4_gemm_ws(x: torch.Tensor, weight: torch.Tensor, weight_scale: to
         xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, dst, M, N, K,
         xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), N if split > 1 else out.stride(0),
         **ws_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
-        num_stages=config["num_stages"], maxnreg=config.get("MAXNREG"))
+        num_stages=config["num_stages"], maxnreg=config.get("MAXNREG"), launch_pdl=bool(config.get("PDL")))
     if split > 1:
         from atlas.plugins_trt.quant_linear.triton_gemv import CONFIGS_splitk_reduce, launch_splitk_reduce
         launch_splitk_reduce(dst, out, CONFIGS_splitk_reduce[0], bias, residual)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from atlas.plugins_trt.quant_linear.layout import NVFP4_BITS, TILE_N
 from atlas.plugins_trt.quant_linear.triton_gemv import (
@@ -326,6 +327,11 @@ CONFIGS_nvfp4_ws_rs = [
     for bm, bn, bk, w in [(128, 128, 128, 8), (256, 64, 64, 4), (256, 128, 64, 8)]
 ]
 CONFIGS_nvfp4_ws_rs += [{**CONFIGS_nvfp4_ws_rs[0], "SPLIT_K": 2}]
+CONFIGS_nvfp4_ws_rs += [{**CONFIGS_nvfp4_ws_rs[i], "PDL": True} for i in (0, 1)]
+"""PDL (the last two): launched as programmatic dependents of permute_k_kernel, the loader's first ring slots of
+weights copied before its wait for the permuted x. H100 (tools/results/nvfp4_wgmma_ws_pdl_h100.json, M 256, same
+run): 8B qkv 33.3 -> 31.6 us at 128 x 128 x 128 and 34.2 -> 32.0 at 256 x 64 x 64; within 1-2% elsewhere, 2-10% slower
+on the 8B lm_head (several waves of tiles), so candidates beside the plain launches."""
 CONFIGS_nvfp4_ws_rs_sk = [{**{k: v for k, v in CONFIGS_nvfp4_ws_rs[i].items() if k != "SPLIT_K"},
                            "SK_PER_SM": 1, "DP": 1} for i in (0, 2)]
 CONFIGS_nvfp4_ws_ks = [
@@ -415,12 +421,17 @@ def grid_quantize_rows_fp8(config: dict, M: int) -> tuple[int, int, int]:
 
 @triton.jit(do_not_specialize=["M"])
 def permute_k_kernel(x_ptr, idx_ptr, out_ptr, M, K, stride_xm, stride_om, BK: tl.constexpr, ROWS: tl.constexpr,
-                     COLS: tl.constexpr):
+                     COLS: tl.constexpr, PDL: tl.constexpr = False):
     """out[m, kb + j] = x[m, kb + idx[j]] for every BK block kb (idx: int32 [BK], gluon_gemm.block_index: the wgmma
     kernels' k order): ROWS rows by COLS columns (whole BK blocks, permute_cols) a program, grid (cdiv(M, ROWS),
     cdiv(K, COLS), 1). The loads gather inside a block's 2 BK bytes of a row, whose sectors the program reads whole;
     the stores are contiguous. torch.index_select, its way before, took 2.8-3.6x a copy at M 256 on an H100
-    (tools/results/permute_k_h100.log); this kernel 1.5-1.8x less (permute_k_kernel_h100.log)."""
+    (tools/results/permute_k_h100.log); this kernel 1.5-1.8x less (permute_k_kernel_h100.log). PDL (CUDA launches):
+    programmatic dependent launch both ways: it lets the GEMM after it start (a "PDL" GEMM config streams its first
+    weight blocks meanwhile) and waits for the kernel before it, which wrote x, before reading or writing anything."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * COLS + tl.arange(0, COLS)
     src = cols // BK * BK + tl.load(idx_ptr + cols % BK)
@@ -515,11 +526,12 @@ def signature_fp8_gemm(config: dict, N: int, K: int, has_bias: bool = False,
                          GEMM_GRID)
 
 
-def signature_permute_k(BK: int, K: int):
-    """AotSignature of permute_k_kernel for contiguous [M, K] activations (M a run-time argument)."""
+def signature_permute_k(BK: int, K: int, pdl: bool = True):
+    """AotSignature of permute_k_kernel for contiguous [M, K] activations (M a run-time argument); pdl: compiled for
+    programmatic dependent launch (the runtime launches it with the attribute)."""
     types = {"x_ptr": "*bf16", "idx_ptr": "*i32", "out_ptr": "*bf16", "M": "i32", "K": "i32", "stride_xm": "i32",
              "stride_om": "i32"}
-    cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK)}
+    cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK), "PDL": pdl}
     return aot_signature(permute_k_kernel, types, {"K": K, "stride_xm": K, "stride_om": K}, cx, PERMUTE_CONFIG,
                          PERMUTE_GRID)
 

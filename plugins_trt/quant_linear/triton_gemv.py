@@ -794,6 +794,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["STAGE"] = config["STAGE"]
     if config.get("WAIT_LATE"):  # a timing probe of the Gluon GEMV (the PDL wait moved to the store), never built
         cx["WAIT_LATE"] = True
+    if config.get("WK"):  # gluon_gemv.nvfp4_gemv_wk_kernel: the K range over WK groups of a program's warps
+        cx["WK"] = config["WK"]
     return cx
 
 
@@ -814,17 +816,18 @@ def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
              "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
     cx = _gemv_constexprs(config, has_bias, has_residual, pdl)
-    if config.get("GLUON"):  # the Gluon kernel's experiment switches (AOT wants every constexpr spelt out)
-        cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, "PRE": 0, "STAGE": 0, **cx}
+    if config.get("GLUON") and not config.get("WK"):  # the Gluon kernel's experiment switches (AOT wants every
+        cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, "PRE": 0, "STAGE": 0, **cx}  # constexpr spelt out)
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
 
 
 def _nvfp4_gemv_fn(config: dict):
-    """nvfp4_gemv_kernel, or with "GLUON" its Gluon drop-in (gluon_gemv.nvfp4_gemv_mma_kernel, K % BLOCK_K == 0)."""
+    """nvfp4_gemv_kernel, or with "GLUON" its Gluon drop-in (gluon_gemv.nvfp4_gemv_mma_kernel, K % BLOCK_K == 0;
+    with "WK" too, gluon_gemv.nvfp4_gemv_wk_kernel)."""
     if not config.get("GLUON"):
         return nvfp4_gemv_kernel
-    from atlas.plugins_trt.quant_linear.gluon_gemv import nvfp4_gemv_mma_kernel
-    return nvfp4_gemv_mma_kernel
+    from atlas.plugins_trt.quant_linear import gluon_gemv
+    return gluon_gemv.nvfp4_gemv_wk_kernel if config.get("WK") else gluon_gemv.nvfp4_gemv_mma_kernel
 
 
 def _fp8_path(config: dict) -> dict:

@@ -6,9 +6,11 @@ import torch
 
 from atlas.build_engine.builder import BuildConfig, build
 from atlas.build_engine import linear_kernels as LK
-from atlas.build_engine.linear_kernels import gemv_candidates, is_tiled, streamk_candidates, tiled_configs
+from atlas.build_engine.linear_kernels import (gemv_candidates, is_tiled, streamk_candidates, tiled_configs,
+                                               wk_candidates)
 from atlas.plugins_trt.quant_linear import triton_gemm as GM
 from atlas.plugins_trt.quant_linear import triton_gemv as GV
+from atlas.tools.dev.nvfp4_wk import configs as wk_configs
 from atlas.tools.dev.variants import nvfp4_tiled_weight
 
 
@@ -57,18 +59,20 @@ def sk_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ws_engine(tmp_path_factory):
-    """Four tiny-llama-wide engines whose GEMM buckets take the warp-specialized GEMM (gluon_ws): in natural k order,
-    in the decode's order split in two along K, RS with two consumer partitions (KS 2), and RS with x permuted by its
-    loader (XP); the packed dequantization where K does not allow it."""
+    """Five tiny-llama-wide engines whose GEMM buckets take the warp-specialized GEMM (gluon_ws): in natural k order,
+    in the decode's order split in two along K, RS with two consumer partitions (KS 2), RS with x permuted by its
+    loader (XP), and RS launched as a programmatic dependent of the permutation (PDL); the packed dequantization
+    where K does not allow it."""
     nat = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("NAT"))
     split = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("SPLIT_K", 1) > 1 and not c.get("NAT"))
     ks = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("KS") == 2 and c["SPLIT_K"] == 1)
     xp = next(c for c in GM.CONFIGS_nvfp4_ws if c.get("XP"))
+    pdl = {**GM.CONFIGS_nvfp4_ws_rs[0], "PDL": True}
     tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
     mp = pytest.MonkeyPatch()
     engines = []
     try:
-        for name, cfg in (("ws", nat), ("wssplit", split), ("wsks", ks), ("wsxp", xp)):
+        for name, cfg in (("ws", nat), ("wssplit", split), ("wsks", ks), ("wsxp", xp), ("wspdl", pdl)):
             mp.setattr(GM, "CONFIGS_nvfp4_gemm", [cfg, tile])
             engines.append(build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp(name) / "e",
                                              dtype="nvfp4", device="cuda", autotune=False, progress=False)))
@@ -88,6 +92,44 @@ def streamk_engine(tmp_path_factory):
                                  dtype="nvfp4", device="cuda", autotune=False, progress=False))
     finally:
         mp.undo()
+
+
+@pytest.fixture(scope="module")
+def wk_engine(tmp_path_factory):
+    """tiny-llama-wide whose GEMV buckets 1..4 take a WK config (the first that fits each shape), 8 and 16 the
+    usual first candidate."""
+    mp = pytest.MonkeyPatch()
+    usual = LK.nvfp4_gemv_candidates
+    mp.setattr(LK, "nvfp4_gemv_candidates", lambda bucket, n, k, most, sm_count=LK.SM_COUNT:
+               wk_candidates(bucket, n, k) or usual(bucket, n, k, most, sm_count))
+    try:
+        return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("wk") / "e",
+                                 dtype="nvfp4", device="cuda", autotune=False, progress=False))
+    finally:
+        mp.undo()
+
+
+def test_wk_engine_plan(wk_engine):
+    """A WK bucket names one kernel compiled for PDL, with the GEMV grid and no split-K reduction; CudaLinear launches
+    it alone, on x as given."""
+    table = wk_engine.manifest["kernels"]["kernels"]
+    seen = 0
+    for key, entry in wk_engine.manifest["linear_kernels"].items():
+        n = int(key.split(":")[1].split("x")[0])
+        for bucket in ("1", "2", "4"):
+            item = entry[bucket]
+            cfg = item["config"]
+            assert cfg.get("WK") and item["reduce"] is None and item["perm"] is None, (key, bucket, cfg)
+            k = table[item["kernel"]]
+            assert k["constexprs"]["WK"] == cfg["WK"] and k["constexprs"]["PDL"] is True
+            assert k["grid"] == [-(-n // cfg["BLOCK_N"]), 1, 1] and k["num_warps"] == cfg["num_warps"]
+            seen += 1
+    assert seen
+    for m in (1, 3):
+        item, (n, k), x, calls = _recorded_launches(wk_engine, m, "WK")
+        (name, grid, args), = calls
+        assert name == item["kernel"] and grid == (-(-n // item["config"]["BLOCK_N"]), 1, 1)
+        assert args["x_ptr"] is x and args["M"] == m and tuple(args["out_ptr"].shape) == (m, n)
 
 
 def test_tiled_order_only_for_whole_tiles():
@@ -254,10 +296,15 @@ def test_ws_in_the_plan(ws_engine):
                 if not cfg.get("WS"):
                     assert cfg.get("DEQUANT") and k % (64 * 2 * 2), (key, cfg)  # (KS 2 needs K % 256 == 0)
                     continue
-                seen.add((bool(cfg.get("NAT")), cfg.get("KS", 1), bool(cfg.get("XP"))))
+                seen.add((bool(cfg.get("NAT")), cfg.get("KS", 1), bool(cfg.get("XP")), bool(cfg.get("PDL"))))
                 assert item["kernel"].startswith("nvfp4_ws.") and table[item["kernel"]]["num_warps"] == 12
                 assert (item["reduce"] in table) == (cfg.get("SPLIT_K", 1) > 1), item
-    assert seen == {(True, 1, False), (False, 1, False), (False, 2, False), (False, 1, True)}
+                # the runtime launches a kernel compiled with PDL as a programmatic dependent (runtime/kernels.py)
+                assert table[item["kernel"]]["constexprs"]["PDL"] == bool(cfg.get("PDL")), item
+                if item["perm"]:
+                    assert table[item["perm"]]["constexprs"]["PDL"] is True, item
+    assert seen == {(True, 1, False, False), (False, 1, False, False), (False, 2, False, False),
+                    (False, 1, True, False), (False, 1, False, True)}
 
 
 @pytest.mark.parametrize("m", [64, 300])
@@ -398,11 +445,21 @@ def test_sk_engine_linears_match_reference(m, which, sk_engine):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 4, 16])
+def test_wk_engine_linears_match_reference(m, wk_engine):
+    """Through CudaLinear (the AOT kernels, PDL launches): the WK GEMV at M 1..4, the usual configs above."""
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    for _ in range(2):
+        check_engine_linears(wk_engine, m)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [64, 200, 300])
-@pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["nat", "split", "ks", "xp"])
+@pytest.mark.parametrize("which", [0, 1, 2, 3, 4], ids=["nat", "split", "ks", "xp", "pdl"])
 def test_ws_engine_linears_match_reference(m, which, ws_engine):
     """Through CudaLinear (the AOT kernels): the warp-specialized GEMM in natural k order, split along K, RS with two
-    consumer partitions, and RS with x permuted by its loader."""
+    consumer partitions, RS with x permuted by its loader, and RS launched with PDL after the permutation kernel."""
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     check_engine_linears(ws_engine[which], m)
@@ -451,6 +508,32 @@ def test_tiled_gemm_gpu(config):
     ref = x.float() @ ref_w.T
     err = float((y.float() - ref).norm() / ref.norm())
     assert err < 1e-2, err
+
+
+_WK = [c for b in (1, 8, 16) for c in wk_configs(b, 6144, 4096)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _WK, ids=_ids(_WK))
+def test_wk_gemv_gpu(config):
+    """Each WK GEMV variant (the K range over groups of a program's warps, tools/dev/nvfp4_wk.py) at a real shape and
+    at K = 2304 (9 blocks of 256 or 18 of 128: groups with unequal block counts, and steps past the split's end),
+    with PDL, a partial bucket, bias and residual at the small shape, against the fp32 reference; output poisoned
+    first."""
+    for n, k, fused in ((6144, 4096, False), (384, 2304, True)):
+        if k % config["BLOCK_K"]:
+            continue
+        g, w, ws, ws2, ref_w = nvfp4_tiled_weight(n, k, True)
+        m = config["BLOCK_M"] - (config["BLOCK_M"] > 2)
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if fused else None
+        res = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16) if fused else None
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        y = GV.launch_nvfp4_gemv(x, w, ws, ws2, config, bias=bias, residual=res, out=out, pdl=True)
+        ref = x.float() @ ref_w.T + (bias.float() + res.float() if fused else 0)
+        err = float((y.float() - ref).norm() / ref.norm())
+        assert err < 1e-2, (n, k, err)
+        assert torch.equal(y, GV.launch_nvfp4_gemv(x, w, ws, ws2, config, bias=bias, residual=res, pdl=True))
 
 
 _STREAMK = [c for b in (1, 8, 16) for c in streamk_candidates(b, 6144, 4096, 132)]

@@ -12,10 +12,7 @@ programs fit on an SM together.
 """
 from __future__ import annotations
 
-import json
 import sys
-
-from atlas.tools.dev.nvfp4_streamk import SHAPES
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, STAGE[, MAXNREG]) by MP (8: M 1..8, 16: M 9..16); 4 warps
 VARIANTS = {8: [(64, 128, 4, 8), (64, 128, 8, 4), (64, 256, 4, 4), (64, 256, 8, 2), (128, 128, 8, 4),
@@ -42,35 +39,9 @@ def configs(m: int, n: int, k: int) -> list[dict]:
 
 
 def main(quick: bool = False) -> None:
-    import torch
+    from atlas.tools.dev.variants import gemv_sweep
 
-    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_copies, sweep_start
-
-    out_dir, shipped, bw, res = sweep_start("nvfp4")
-    for name, (n, k) in SHAPES.items():
-        g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
-        for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):
-            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-            ref = x.float() @ ref_w.T
-            row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
-            cfgs = [shipped[(name, m)]] + configs(m, n, k)
-            recs, best = check_and_time(cfgs, lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), ref,
-                                        copies)
-            row["shipped"], row["staged"] = recs[0], recs[1:]
-            row["best_staged"] = min((r for r in recs[1:] if "us" in r), key=lambda r: r["us"], default=None)
-            frac = (lambda us: row["bytes"] / (us * 1e-6) / bw)
-            s, b = row["shipped"], row["best_staged"]
-            fails = [(r.get("rel_error"), r.get("error", "")[:120]) for r in recs if "us" not in r]
-            print(f"{name:22s} M={m:2d} shipped {s.get('us', 0):7.1f} us (bw {frac(s['us']) if 'us' in s else 0:.2f})"
-                  f"  staged best {b['us'] if b else 0:7.1f} us (bw {frac(b['us']) if b else 0:.2f}) "
-                  f"{ {q: b.get(q) for q in ('BLOCK_N', 'BLOCK_K', 'SPLIT_K', 'STAGE', 'MAXNREG')} if b else ''} "
-                  f"errors {sorted({round(r['rel_error'], 4) for r in recs if 'rel_error' in r})} failed {fails[:3]}",
-                  flush=True)
-            res["rows"].append(row)
-            json.dump(res, open(f"{out_dir}/nvfp4_staged.json", "w"), indent=1)
-        del copies, ref_w
-        torch.cuda.empty_cache()
+    gemv_sweep("nvfp4_staged.json", configs, "staged", quick)
 
 
 if __name__ == "__main__":

@@ -55,10 +55,14 @@ def configs() -> list[dict]:
     # launch; the loader needs 96-152 registers, 64 spill); 34, 35 KS 2 at 128 x 64 with six slots, without and with
     # PP; 36-39 RS on the persistent stream-K grid (132 programs: an H100 / H200's SMs; DP: sk_dp_tiles' mode);
     # 40-42 TA (every consumer thread releases its slots itself: no partition barrier before the release) on RS
-    # 128 x 128 x 128, RS-SK 128 x 128 x 128 and RS 256 x 128 x 64.
+    # 128 x 128 x 128, RS-SK 128 x 128 x 128 and RS 256 x 128 x 64; 43-46 the RS build candidates
+    # (triton_gemm.CONFIGS_nvfp4_ws_rs), 47-50 the same with PDL (launched as programmatic dependents of permute_k,
+    # their first weight blocks copied before the wait for it).
     ta = [{**rs[0], "TA": True}, {**sk[1], "TA": True}, {**rs[3], "TA": True}]
+    cand = [{**c, "TILED": True, "BITS": True} for c in GM.CONFIGS_nvfp4_ws_rs[:4]]
     return (out + nat + rs + ks + pp + [{**rs[0], "SPLIT_K": 2}] + xp
-            + [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}] + sk + ta)
+            + [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}] + sk + ta
+            + cand + [{**c, "PDL": True} for c in cand])
 
 
 def compile_sm90(config: dict):
@@ -196,7 +200,7 @@ def main() -> None:
         form = "".join(f" {f}" for f in ("RS", "NAT") if cfg.get(f)) + (f" dw{cfg['DW']}" if "DW" in cfg else "") \
             + (f" ks{cfg['KS']}" if "KS" in cfg else "") + (" pp" if cfg.get("PP") else "") \
             + (" xp" if cfg.get("XP") else "") + (f" sk{cfg['SK']} dp{cfg['DP']}" if "SK" in cfg else "") \
-            + (" ta" if cfg.get("TA") else "")
+            + (" ta" if cfg.get("TA") else "") + (" pdl" if cfg.get("PDL") else "")
         return (f"{kind}{form} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} S{cfg['STAGES']} "
                 f"w{cfg['num_warps']} sk{cfg.get('SPLIT_K', 1)}")
 

@@ -72,6 +72,56 @@ def error_summary(records: list[dict]) -> list[float]:
     return sorted({round(r["rel_error"], 4) for r in records if "rel_error" in r})
 
 
+def shipped_results() -> str:
+    """The benchmark result file whose configs a sweep times as "shipped": tools/results/gemm_h100.json on an H100
+    (the tuning of that chip), else tools/results/gemm.json (the H200's)."""
+    import os
+
+    import torch
+
+    h100 = "tools/results/gemm_h100.json"
+    return h100 if "H100" in torch.cuda.get_device_name() and os.path.exists(h100) else "tools/results/gemm.json"
+
+
+def gemv_sweep(out_file: str, configs, label: str, quick: bool = False) -> dict:
+    """The NVFP4 GEMV sweeps beside the shipped configs (nvfp4_staged, nvfp4_wk): for the six shapes and M 1 / 4 / 8
+    / 16 (1 / 16 with quick, and for the lm_head), tiled BITS weights as engines run them, the shipped config (the
+    benchmark's pick, shipped_results) and each of configs(M, N, K), checked against the fp32 reference and timed
+    as PDL launches in CUDA-graph replays over rotated weight copies. One printed line a case (the shipped time, the
+    best variant's and its config), $OUT/out_file rewritten after every row. Returns the result."""
+    import json
+
+    import torch
+
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.tools.dev.nvfp4_streamk import SHAPES
+
+    out_dir, shipped, bw, res = sweep_start("nvfp4")
+    keys = ("BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K", "PRE", "STAGE", "WK", "MAXNREG")
+    for name, (n, k) in SHAPES.items():
+        g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
+        for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            ref = x.float() @ ref_w.T
+            row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
+            recs, _ = check_and_time([shipped[(name, m)]] + configs(m, n, k),
+                                     lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), ref, copies)
+            row["shipped"], row[label] = recs[0], recs[1:]
+            row["best_" + label] = b = min((r for r in recs[1:] if "us" in r), key=lambda r: r["us"], default=None)
+            s = row["shipped"]
+            frac = (lambda us: row["bytes"] / (us * 1e-6) / bw)
+            fails = [(r.get("rel_error"), r.get("error", "")[:120]) for r in recs if "us" not in r]
+            print(f"{name:22s} M={m:2d} shipped {s.get('us', 0):7.1f} us (bw {frac(s['us']) if 'us' in s else 0:.2f})"
+                  f"  {label} best {b['us'] if b else 0:7.1f} us (bw {frac(b['us']) if b else 0:.2f}) "
+                  f"{ {q: b.get(q) for q in keys if q in b} if b else ''} errors {error_summary(recs)} "
+                  f"failed {fails[:3]}", flush=True)
+            res["rows"].append(row)
+            json.dump(res, open(f"{out_dir}/{out_file}", "w"), indent=1)
+        del copies, ref_w
+        torch.cuda.empty_cache()
+    return res
+
+
 def sweep_start(fmt: str) -> tuple[str, dict, float, dict]:
     """What the GEMV sweeps beside the shipped configs start from: ($OUT, created; {(shape, M): the config
     tools/results/gemm.json shipped for fmt}; the copy bandwidth measured now; the result dict with the device)."""
@@ -82,7 +132,7 @@ def sweep_start(fmt: str) -> tuple[str, dict, float, dict]:
 
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
-    shipped = {(c["shape"], c["M"]): c[fmt]["config"] for c in json.load(open("tools/results/gemm.json"))["cases"]}
+    shipped = {(c["shape"], c["M"]): c[fmt]["config"] for c in json.load(open(shipped_results()))["cases"]}
     bw = copy_bandwidth()
     return out_dir, shipped, bw, {**device_info(), "copy_bandwidth": bw, "rows": []}
 
@@ -123,7 +173,7 @@ def nvfp4_gemm_sweep(out_file: str, variants_for, tag, default_m: str = "256", e
     only = sys.argv[sys.argv.index("--shapes") + 1].split(",") if "--shapes" in sys.argv else list(SHAPES)
     if set(only) - set(SHAPES):
         raise SystemExit(f"--shapes: unknown {sorted(set(only) - set(SHAPES))}; known: {', '.join(SHAPES)}")
-    shipped = {(c["shape"], c["M"]): c for c in json.load(open("tools/results/gemm.json"))["cases"]}
+    shipped = {(c["shape"], c["M"]): c for c in json.load(open(shipped_results()))["cases"]}
     res = {"device": torch.cuda.get_device_name(), "rows": []}
     for name, (n, k) in SHAPES.items():
         if name not in only:

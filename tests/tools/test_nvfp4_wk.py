@@ -1,0 +1,47 @@
+"""The WK form of the Gluon NVFP4 GEMV (gluon_gemv.nvfp4_gemv_wk_kernel, swept by tools/dev/nvfp4_wk.py) compiles
+for sm_90 without spills for every variant, reads its weights with 16-byte loads (a warp's K group is a scalar, so
+the addresses stay vectorizable), issues its PRE blocks' weight loads before the PDL wait, and runs one mma a 16-k
+step of each block (the K groups share no work). Static: the compile runs on the CPU; the GPU checks are
+test_linear_tiled.py::test_wk_gemv_gpu and the tool's main()."""
+
+import pytest
+
+from sm90 import run_compiled
+
+pytest.importorskip("triton.experimental.gluon")
+
+CODE = r"""
+import os, subprocess, tempfile, triton
+from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+from atlas.tools.dev.nvfp4_wk import configs
+tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+for m in (1, 16):
+    for cfg in configs(m, 6144, 4096):
+        k = gemv.compile_aot(gemv.signature_nvfp4_gemv(cfg, 6144, 4096, pdl=True))
+        ptx = k.asm["ptx"]
+        wait = ptx.index("griddepcontrol.wait")
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(k.asm["cubin"]); f.flush()
+            res = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        reg = next(int(w[4:]) for w in res.split() if w.startswith("REG:"))
+        stack = next(int(w[6:]) for w in res.split() if w.startswith("STACK:"))
+        print("CFG", m, cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"], cfg["WK"], cfg["PRE"], reg, stack,
+              ptx[:wait].count("ld.global.v4"), ptx.count("ld.global.v4"), ptx.count("mma.sync"),
+              ptx.count("%tid.x"), k.metadata.shared)
+"""
+
+
+def test_wk_gemv_compiles_with_wide_loads_before_the_wait():
+    rows = [line.split()[1:] for line in run_compiled(CODE).splitlines() if line.startswith("CFG")]
+    assert len(rows) >= 15, rows
+    for m, bn, bk, nw, wk, pre, reg, stack, v4_before, v4, mmas, tid, shared in (map(int, r) for r in rows):
+        key = (m, bn, bk, nw, wk, pre)
+        assert stack == 0 and reg <= 255, key
+        # a block's words: BLOCK_N WK rows x BLOCK_K / 2 bytes, in 16-byte loads over the program's threads; x too
+        w16 = bn * wk * bk // 2 // 16 // (32 * nw)
+        assert v4_before == pre * w16, (key, v4_before)
+        assert v4 >= (pre + 1) * w16, (key, v4)
+        # mma m16n8k16: each warp a 16-row slab, BLOCK_K / 16 steps a block, MP / 8 column tiles; PRE blocks + loop
+        assert mmas == (pre + 1) * (bk // 16) * (2 if m > 8 else 1), (key, mmas)
+        assert tid >= 1, key  # the warp's K group read from %tid.x
+        assert shared >= bn * wk * (16 if m > 8 else 8) * 4, (key, shared)  # the groups' fp32 sums
