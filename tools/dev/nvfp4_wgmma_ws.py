@@ -57,12 +57,15 @@ def configs() -> list[dict]:
     # 40-42 TA (every consumer thread releases its slots itself: no partition barrier before the release) on RS
     # 128 x 128 x 128, RS-SK 128 x 128 x 128 and RS 256 x 128 x 64; 43-46 the RS build candidates
     # (triton_gemm.CONFIGS_nvfp4_ws_rs), 47-50 the same with PDL (launched as programmatic dependents of permute_k,
-    # their first weight blocks copied before the wait for it).
+    # their first weight blocks copied before the wait for it); 51-53 RS + TA + PDL with a 128-register cap, two CTAs
+    # an SM (128 x 64 x 64 S4: 75 KB, 128 x 64 x 128 S3: 112 KB, 64 x 64 x 128 S4: 84 KB; sm_90 compile, no spills).
     ta = [{**rs[0], "TA": True}, {**sk[1], "TA": True}, {**rs[3], "TA": True}]
     cand = [{**c, "TILED": True, "BITS": True} for c in GM.CONFIGS_nvfp4_ws_rs[:4]]
     return (out + nat + rs + ks + pp + [{**rs[0], "SPLIT_K": 2}] + xp
             + [{**ks[1], "STAGES": 6}, {**ks[1], "STAGES": 6, "PP": True}] + sk + ta
-            + cand + [{**c, "PDL": True} for c in cand])
+            + cand + [{**c, "PDL": True} for c in cand]
+            + [{**cand[0], "PDL": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": st, "num_warps": 4,
+                "MAXNREG": 128} for bm, bn, bk, st in ((128, 64, 64, 4), (128, 64, 128, 3), (64, 64, 128, 4))])
 
 
 def compile_sm90(config: dict):
