@@ -83,12 +83,14 @@ def shipped_results() -> str:
     return h100 if "H100" in torch.cuda.get_device_name() and os.path.exists(h100) else "tools/results/gemm.json"
 
 
-def gemv_sweep(out_file: str, configs, label: str, quick: bool = False) -> dict:
-    """The NVFP4 GEMV sweeps beside the shipped configs (nvfp4_staged, nvfp4_wk): for the six shapes and M 1 / 4 / 8
-    / 16 (1 / 16 with quick, and for the lm_head), tiled BITS weights as engines run them, the shipped config (the
-    benchmark's pick, shipped_results) and each of configs(M, N, K), checked against the fp32 reference and timed
-    as PDL launches in CUDA-graph replays over rotated weight copies. One printed line a case (the shipped time, the
-    best variant's and its config), $OUT/out_file rewritten after every row. Returns the result."""
+def gemv_sweep(out_file: str, configs, label: str, quick: bool = False, launch=None, ms=(1, 4, 8, 16)) -> dict:
+    """The NVFP4 GEMV sweeps beside the shipped configs (nvfp4_staged, nvfp4_wk, nvfp4_rs_small): for the six shapes
+    and each M of ms (1 / 16 with quick, and for the lm_head), tiled BITS weights as engines run them, the shipped
+    config (the benchmark's pick, shipped_results) and each of configs(M, N, K), checked against the fp32 reference
+    and timed as PDL launches in CUDA-graph replays over rotated weight copies; launch(x, cfg, weights) runs the
+    variants when they are not GEMV configs (the shipped config always goes through the GEMV launcher). One printed
+    line a case (the shipped time, the best variant's and its config), $OUT/out_file rewritten after every row.
+    Returns the result."""
     import json
 
     import torch
@@ -97,15 +99,22 @@ def gemv_sweep(out_file: str, configs, label: str, quick: bool = False) -> dict:
     from atlas.tools.dev.nvfp4_streamk import SHAPES
 
     out_dir, shipped, bw, res = sweep_start("nvfp4")
-    keys = ("BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K", "PRE", "STAGE", "WK", "MAXNREG")
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K", "PRE", "STAGE", "STAGES", "WK", "MAXNREG", "XP",
+            "PDL")
     for name, (n, k) in SHAPES.items():
         g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
-        for m in ((1, 16) if quick or "lm_head" in name else (1, 4, 8, 16)):
+        for m in ((1, 16) if quick or "lm_head" in name else ms):
             x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ ref_w.T
             row = {"shape": name, "N": n, "K": k, "M": m, "bytes": nbytes + m * k * 2 + m * n * 2}
-            recs, _ = check_and_time([shipped[(name, m)]] + configs(m, n, k),
-                                     lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), ref, copies)
+            shipped_cfg = shipped[(name, m)]
+
+            def run(cfg, qt, x=x, shipped_cfg=shipped_cfg):
+                if launch is None or cfg is shipped_cfg:
+                    return gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True)
+                return launch(x, cfg, qt)
+
+            recs, _ = check_and_time([shipped_cfg] + configs(m, n, k), run, ref, copies)
             row["shipped"], row[label] = recs[0], recs[1:]
             row["best_" + label] = b = min((r for r in recs[1:] if "us" in r), key=lambda r: r["us"], default=None)
             s = row["shipped"]
