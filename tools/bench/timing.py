@@ -22,6 +22,10 @@ def copies_for(bytes_per_call: int, floor_bytes: int = 4 * L2_BYTES, most: int =
 
 def graph_time(calls: list[Callable[[], None]], repeats: int = 30, warmup: int = 3) -> float:
     """Median seconds per call of `calls` (run in order) captured in one CUDA graph and replayed."""
+    return paired_graph_times([calls], repeats, warmup)[0]
+
+
+def _captured(calls: list[Callable[[], None]], warmup: int) -> torch.cuda.CUDAGraph:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -37,15 +41,26 @@ def graph_time(calls: list[Callable[[], None]], repeats: int = 30, warmup: int =
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()
-    times = []
+    return graph
+
+
+def paired_graph_times(call_lists: list[list[Callable[[], None]]], repeats: int = 30, warmup: int = 3) -> list[float]:
+    """graph_time of each list of calls, their replays interleaved (round r replays every graph once, in order), so
+    that every figure is taken over the same stretch of time: the same clocks and temperature. A comparison of two
+    kernels timed minutes apart drifts with the GPU's state (in tools/results/gemm_h100.json the M 2048 winners' final
+    figures came out 3-12% slower than their own search timings taken minutes before, cuBLAS having been timed
+    before the search), so the benchmark's final figures of a kernel and of cuBLAS beside it are taken this way."""
+    graphs = [_captured(calls, warmup) for calls in call_lists]
+    times = [[] for _ in graphs]
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times) / len(calls)
+        for graph, ts in zip(graphs, times):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            ts.append(start.elapsed_time(end) / 1e3)
+    return [statistics.median(ts) / len(calls) for ts, calls in zip(times, call_lists)]
 
 
 def copy_bandwidth(nbytes: int = 4 * 2**30) -> float:
