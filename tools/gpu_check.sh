@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -290,6 +290,17 @@ if [ "$what" = rspdl ]; then  # the RS build candidates with and without PDL (th
     [ -f "$out/nvfp4_wgmma_ws.json" ] && mv "$out/nvfp4_wgmma_ws.json" "$out/nvfp4_wgmma_ws_pdl.json"
     timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
         tests/plugins_trt/test_quant_linear_triton.py -k "ws or permute" 2>&1 | tee "$out/pytest_rspdl_gpu.log" | tail -6
+fi
+if [ "$what" = permwords ]; then  # the word-transposing x permutation: its GPU tests, its timing beside the gather
+    # kernel and a copy (permute_k_kernel_h100.log's columns), then the M 256 GEMMs with and without a permutation
+    timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_quant_linear_triton.py \
+        -k permute 2>&1 | tee "$out/pytest_permwords_gpu.log" | tail -3
+    timeout 120 python3 -m atlas.tools.dev.permute_k 2>&1 | tee "$out/permute_k_words.log" | grep -a "M=\|Error"
+    bash "$0" noperm
+fi
+if [ "$what" = noperm ]; then  # the M 256 NVFP4 GEMM with and without its x permutation launch, beside cuBLAS
+    timeout ${NOPERM_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_rs_noperm 2>&1 | tee "$out/nvfp4_rs_noperm.log" \
+        | grep -a " M=\|Error" | tail -10
 fi
 if [ "$what" = rssmall ]; then  # the RS GEMM at GEMV sizes (M 1 / 8 / 16) beside the shipped GEMVs
     timeout ${RSSMALL_TIMEOUT:-420} python3 -m atlas.tools.dev.nvfp4_rs_small ${RSSMALL_ARGS:-} 2>&1 \

@@ -440,6 +440,31 @@ def permute_k_kernel(x_ptr, idx_ptr, out_ptr, M, K, stride_xm, stride_om, BK: tl
     tl.store(out_ptr + rows[:, None].to(tl.int64) * stride_om + cols[None, :], x, mask=mask)
 
 
+@triton.jit(do_not_specialize=["M"])
+def permute_k_words_kernel(x_ptr, out_ptr, M, K, stride_xm, stride_om, BK: tl.constexpr, ROWS: tl.constexpr,
+                           COLS: tl.constexpr, PDL: tl.constexpr = False):
+    """permute_k_kernel's output (same tiles, grid and PDL) without its index table; strides even. In 32-bit words
+    (bf16 pairs: the order's lowest bit s0 is the same on both sides) gluon_gemm.k_phys is a transpose: a block's
+    BK / 2 words read as [4, BK / 8] (physical word (BK / 8) i + q) are written as [BK / 8, 4] (logical word i + 4 q),
+    so loads and stores are both contiguous (sm_90: 16-byte loads and stores, the transpose through 2 KB of shared
+    memory, 32 registers), where permute_k_kernel gathers 2-byte elements (1.7-1.9x a copy on an H100,
+    tools/results/permute_k_kernel_h100.log). A candidate: checked under the interpreter and compiled on the CPU,
+    not yet run on a GPU (tools/dev/permute_k.py times it), so no launcher uses it."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    Q: tl.constexpr = BK // 8
+    NB: tl.constexpr = COLS // BK
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    words = tl.program_id(1) * (COLS // 2) + tl.arange(0, COLS // 2)
+    mask = (rows[:, None] < M) & (words[None, :] < K // 2)  # whole blocks: the same mask in both orders
+    src = x_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None].to(tl.int64) * (stride_xm // 2) + words[None, :]
+    w = tl.load(src, mask=mask)
+    w = tl.reshape(tl.permute(tl.reshape(w, (ROWS, NB, 4, Q)), (0, 1, 3, 2)), (ROWS, COLS // 2))
+    dst = out_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None].to(tl.int64) * (stride_om // 2) + words[None, :]
+    tl.store(dst, w, mask=mask)
+
+
 PERMUTE_CONFIG = {"ROWS": 8, "COLS": 512, "num_warps": 4, "num_stages": 1}
 """permute_k_kernel's tile: 8 rows x 512 columns (8 KB of x), four warps."""
 PERMUTE_GRID = ("cdiv(M, ROWS)", "cdiv(K, COLS)", "1")
@@ -534,6 +559,14 @@ def signature_permute_k(BK: int, K: int, pdl: bool = True):
     cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK), "PDL": pdl}
     return aot_signature(permute_k_kernel, types, {"K": K, "stride_xm": K, "stride_om": K}, cx, PERMUTE_CONFIG,
                          PERMUTE_GRID)
+
+
+def signature_permute_k_words(BK: int, K: int, pdl: bool = True):
+    """AotSignature of permute_k_words_kernel (signature_permute_k's, without the index table)."""
+    types = {"x_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "K": "i32", "stride_xm": "i32", "stride_om": "i32"}
+    cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK), "PDL": pdl}
+    return aot_signature(permute_k_words_kernel, types, {"K": K, "stride_xm": K, "stride_om": K}, cx,
+                         PERMUTE_CONFIG, PERMUTE_GRID)
 
 
 def signature_quantize_rows_fp8(config: dict, K: int) -> AotSignature:

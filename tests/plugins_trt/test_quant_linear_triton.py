@@ -722,6 +722,31 @@ def test_aot_compile_sm90(tmp_path):
         assert e["griddepcontrol"] == (2 if name.endswith(".pdl") else 0), name
 
 
+PERMUTE_WORDS_SCRIPT = r"""
+import json
+from atlas.plugins_trt.quant_linear import triton_gemm as GM, triton_gemv as GV
+
+report = {}
+for bk in (64, 128):
+    ptx = GV.compile_aot(GM.signature_permute_k_words(bk, 4096)).asm["ptx"]
+    report[bk] = {"ld_v4": ptx.count("ld.global.v4."), "st_v4": ptx.count("st.global.v4."),
+                  "ld_b16": ptx.count("ld.global.b16") + ptx.count("ld.global.u16")}
+print(json.dumps(report))
+"""
+
+
+def test_permute_k_words_compiles_to_wide_copies(tmp_path):
+    """permute_k_words_kernel compiles for sm_90 to 16-byte loads and stores only (the gather kernel it would replace
+    loads 2-byte elements): the transpose stays inside the program."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    proc = subprocess.run([sys.executable, "-c", PERMUTE_WORDS_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for bk, e in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+        assert e["ld_v4"] > 0 and e["st_v4"] > 0 and e["ld_b16"] == 0, (bk, e)
+
+
 AOT_TILED_SCRIPT = r"""
 import json
 from atlas.build_engine.kernels import compile_kernel
@@ -879,16 +904,20 @@ def _permute_cases():
     return [(5, 256, 64, 4, 128), (9, 640, 128, 4, 256), (3, 512, 128, 8, 512)]
 
 
-def _check_permute_k_kernel(M, K, BK, ROWS, COLS, device):
+def _check_permute_k_kernel(M, K, BK, ROWS, COLS, device, words=False):
     import triton
 
     from atlas.plugins_trt.quant_linear.gluon_gemm import block_index, permutation
 
     x = torch.randn(M, K, generator=torch.Generator().manual_seed(M * K + BK)).to(torch.bfloat16).to(device)
     out = torch.full_like(x, float("nan"))
-    GM.permute_k_kernel[(triton.cdiv(M, ROWS), triton.cdiv(K, COLS), 1)](
-        x, block_index(BK, device), out, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=ROWS, COLS=COLS)
-    assert torch.equal(out, x[:, permutation(K, BK, device)]), (M, K, BK, ROWS, COLS)
+    grid = (triton.cdiv(M, ROWS), triton.cdiv(K, COLS), 1)
+    if words:
+        GM.permute_k_words_kernel[grid](x, out, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=ROWS, COLS=COLS)
+    else:
+        GM.permute_k_kernel[grid](x, block_index(BK, device), out, M, K, x.stride(0), out.stride(0), BK=BK,
+                                  ROWS=ROWS, COLS=COLS)
+    assert torch.equal(out, x[:, permutation(K, BK, device)]), (M, K, BK, ROWS, COLS, words)
 
 
 @cpu_only
@@ -899,14 +928,23 @@ def test_permute_k_kernel_interpreted(case):
     _check_permute_k_kernel(*case, "cpu")
 
 
+@cpu_only
+@pytest.mark.parametrize("case", _permute_cases())
+def test_permute_k_words_kernel_interpreted(case):
+    """permute_k_words_kernel (the same order as a transpose of 32-bit words) equals the gather by
+    gluon_gemm.permutation on fresh random rows, partial row and column tiles included."""
+    _check_permute_k_kernel(*case, "cpu", words=True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", _permute_cases())
 def test_permute_k_kernel_gpu(case):
-    """As test_permute_k_kernel_interpreted, compiled; and gluon_gemm.permute_k (which launches it) equals the
-    gather at the benchmark's K values and M 300."""
+    """As the two interpreted tests (permute_k_kernel and permute_k_words_kernel), compiled; and gluon_gemm.permute_k
+    (which launches the first) equals the gather at the benchmark's K values and M 300."""
     from atlas.plugins_trt.quant_linear.gluon_gemm import gather_k, permute_k
 
     _check_permute_k_kernel(*case, "cuda")
+    _check_permute_k_kernel(*case, "cuda", words=True)
     for k in (4096, 5120, 14336, 17408):
         x = torch.randn(300, k, device="cuda").to(torch.bfloat16)
         for bk in (64, 128):

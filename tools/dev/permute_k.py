@@ -1,6 +1,7 @@
 """Experiment helper (GPU box): what the wgmma GEMM's x permutation costs. permute_k (triton_gemm.permute_k_kernel,
-what engines launch), gather_k (torch.index_select, the launchers' way before it) and permute_k_view (one strided
-copy), against a plain copy of x (the floor for any permutation launched on its own) and
+what engines launch), words (triton_gemm.permute_k_words_kernel: the same order as a transpose of 32-bit words, 16-byte
+loads and stores; the candidate), gather_k (torch.index_select, the launchers' way before it) and permute_k_view (one
+strided copy), against a plain copy of x (the floor for any permutation launched on its own) and
 the bytes moved; M 64 / 256 / 2048 at the benchmark's K values, each CHAIN launches in one CUDA graph (one launch
 a graph measured the replay's own ~18 us on an H100, tools/results/permute_k_h100.json).
 
@@ -13,6 +14,18 @@ import os
 
 
 CHAIN = 50
+
+
+def permute_words(x, bk: int, out):
+    """permute_k_words_kernel on contiguous x into out, launched as permute_k launches the gather kernel (PDL)."""
+    from atlas.plugins_trt.quant_linear import triton_gemm as GM
+
+    m, k = x.shape
+    GM.permute_k_words_kernel[GM.grid_permute_k(bk, m, k)](
+        x, out, m, k, x.stride(0), out.stride(0), BK=bk, ROWS=GM.PERMUTE_CONFIG["ROWS"], COLS=GM.permute_cols(bk),
+        PDL=True, launch_pdl=True, num_warps=GM.PERMUTE_CONFIG["num_warps"],
+        num_stages=GM.PERMUTE_CONFIG["num_stages"])
+    return out
 
 
 def main() -> None:
@@ -34,6 +47,9 @@ def main() -> None:
                 assert torch.equal(permute_k_view(x, bk, o), gather_k(x, bk))
                 assert torch.equal(permute_k(x, bk), gather_k(x, bk))
                 row[f"kernel_bk{bk}_us"] = graph_time([lambda: permute_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
+                o.fill_(float("nan"))
+                assert torch.equal(permute_words(x, bk, o), gather_k(x, bk))
+                row[f"words_bk{bk}_us"] = graph_time([lambda: permute_words(x, bk, o)] * CHAIN, repeats=20) * 1e6
                 row[f"gather_bk{bk}_us"] = graph_time([lambda: gather_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
                 row[f"view_bk{bk}_us"] = graph_time([lambda: permute_k_view(x, bk, o)] * CHAIN, repeats=20) * 1e6
             row["copy_us"] = graph_time([lambda: o.copy_(x)] * CHAIN, repeats=20) * 1e6
