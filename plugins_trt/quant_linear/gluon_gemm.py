@@ -507,25 +507,26 @@ def gather_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch
     return torch.index_select(x, 1, idx, out=out) if out is not None else torch.index_select(x, 1, idx)
 
 
-def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch.Tensor:
+def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None, words: bool = False) -> torch.Tensor:
     """x [M, K] bf16 -> its columns in the kernel's k order (out: a preallocated [M, K] buffer):
     triton_gemm.permute_k_kernel on the GPU (Triton's JIT: the build's tuner, tests, tools; engines launch its AOT
-    compile; both with programmatic dependent launch), a gather elsewhere."""
-    from atlas.plugins_trt.quant_linear.triton_gemm import (PERMUTE_CONFIG, grid_permute_k, permute_cols,
-                                                            permute_k_kernel)
+    compile; both with programmatic dependent launch), a gather elsewhere. words: permute_k_words_kernel instead (the
+    same order as a transpose of 32-bit words; a candidate timed by tools/dev/permute_k.py, no launcher passes it)."""
+    from atlas.plugins_trt.quant_linear import triton_gemm as tg
 
     if x.device.type != "cuda":
         return gather_k(x, BK, out)
     M, K = x.shape
-    if x.stride(1) != 1:
+    if x.stride(1) != 1 or (words and x.stride(0) % 2):  # the words kernel moves bf16 pairs as 32-bit words
         x = x.contiguous()
     out = torch.empty(M, K, dtype=x.dtype, device=x.device) if out is None else out
     if M == 0:
         return out
-    permute_k_kernel[grid_permute_k(BK, M, K)](
-        x, block_index(BK, x.device), out, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=PERMUTE_CONFIG["ROWS"],
-        COLS=permute_cols(BK), PDL=True, launch_pdl=True, num_warps=PERMUTE_CONFIG["num_warps"],
-        num_stages=PERMUTE_CONFIG["num_stages"])
+    args = (x, out) if words else (x, block_index(BK, x.device), out)
+    (tg.permute_k_words_kernel if words else tg.permute_k_kernel)[tg.grid_permute_k(BK, M, K)](
+        *args, M, K, x.stride(0), out.stride(0), BK=BK, ROWS=tg.PERMUTE_CONFIG["ROWS"], COLS=tg.permute_cols(BK),
+        PDL=True, launch_pdl=True, num_warps=tg.PERMUTE_CONFIG["num_warps"],
+        num_stages=tg.PERMUTE_CONFIG["num_stages"])
     return out
 
 

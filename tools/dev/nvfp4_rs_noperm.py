@@ -33,16 +33,16 @@ def main(m: int = 256) -> list[dict]:
     for name in SHAPES:
         n, k = ALL[name]
         cfg = shipped[(name, m)]
+        row = {"shape": name, "M": m, "config": cfg}
+        if not cfg.get("WS"):
+            rows.append({**row, "skipped": "not a warp-specialized config"})
+            continue
         g, copies, ref_w, _ = nvfp4_tiled_copies(n, k)
         x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         ref = x.float() @ ref_w.T
         w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)  # as bench_gemm's cuBLAS side
         w16 = [w] + [w.clone() for _ in range(copies_for(n * k * 2) - 1)]
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        row = {"shape": name, "M": m, "config": cfg}
-        if not cfg.get("WS"):
-            rows.append({**row, "skipped": "not a warp-specialized config"})
-            continue
         xk = permute_k(x, cfg["BLOCK_K"])
 
         def given(qt):

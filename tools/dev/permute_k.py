@@ -16,18 +16,6 @@ import os
 CHAIN = 50
 
 
-def permute_words(x, bk: int, out):
-    """permute_k_words_kernel on contiguous x into out, launched as permute_k launches the gather kernel (PDL)."""
-    from atlas.plugins_trt.quant_linear import triton_gemm as GM
-
-    m, k = x.shape
-    GM.permute_k_words_kernel[GM.grid_permute_k(bk, m, k)](
-        x, out, m, k, x.stride(0), out.stride(0), BK=bk, ROWS=GM.PERMUTE_CONFIG["ROWS"], COLS=GM.permute_cols(bk),
-        PDL=True, launch_pdl=True, num_warps=GM.PERMUTE_CONFIG["num_warps"],
-        num_stages=GM.PERMUTE_CONFIG["num_stages"])
-    return out
-
-
 def main() -> None:
     import torch
 
@@ -48,8 +36,9 @@ def main() -> None:
                 assert torch.equal(permute_k(x, bk), gather_k(x, bk))
                 row[f"kernel_bk{bk}_us"] = graph_time([lambda: permute_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
                 o.fill_(float("nan"))
-                assert torch.equal(permute_words(x, bk, o), gather_k(x, bk))
-                row[f"words_bk{bk}_us"] = graph_time([lambda: permute_words(x, bk, o)] * CHAIN, repeats=20) * 1e6
+                assert torch.equal(permute_k(x, bk, o, words=True), gather_k(x, bk))
+                row[f"words_bk{bk}_us"] = graph_time([lambda: permute_k(x, bk, o, words=True)] * CHAIN,
+                                                     repeats=20) * 1e6
                 row[f"gather_bk{bk}_us"] = graph_time([lambda: gather_k(x, bk, o)] * CHAIN, repeats=20) * 1e6
                 row[f"view_bk{bk}_us"] = graph_time([lambda: permute_k_view(x, bk, o)] * CHAIN, repeats=20) * 1e6
             row["copy_us"] = graph_time([lambda: o.copy_(x)] * CHAIN, repeats=20) * 1e6
