@@ -507,11 +507,12 @@ def gather_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None) -> torch
     return torch.index_select(x, 1, idx, out=out) if out is not None else torch.index_select(x, 1, idx)
 
 
-def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None, words: bool = False) -> torch.Tensor:
+def permute_k(x: torch.Tensor, BK: int, out: torch.Tensor | None = None, words: bool = True) -> torch.Tensor:
     """x [M, K] bf16 -> its columns in the kernel's k order (out: a preallocated [M, K] buffer):
-    triton_gemm.permute_k_kernel on the GPU (Triton's JIT: the build's tuner, tests, tools; engines launch its AOT
-    compile; both with programmatic dependent launch), a gather elsewhere. words: permute_k_words_kernel instead (the
-    same order as a transpose of 32-bit words; a candidate timed by tools/dev/permute_k.py, no launcher passes it)."""
+    triton_gemm.permute_k_words_kernel on the GPU (the order as a transpose of 32-bit words; Triton's JIT: the build's
+    tuner, tests, tools; engines launch its AOT compile; both with programmatic dependent launch), a gather elsewhere.
+    words=False: the gather kernel permute_k_kernel instead (what engines built before the words kernel launch;
+    tools/dev/permute_k.py times both)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as tg
 
     if x.device.type != "cuda":

@@ -448,8 +448,8 @@ def permute_k_words_kernel(x_ptr, out_ptr, M, K, stride_xm, stride_om, BK: tl.co
     BK / 2 words read as [4, BK / 8] (physical word (BK / 8) i + q) are written as [BK / 8, 4] (logical word i + 4 q),
     so loads and stores are both contiguous (sm_90: 16-byte loads and stores, the transpose through 2 KB of shared
     memory, 32 registers), where permute_k_kernel gathers 2-byte elements (1.7-1.9x a copy on an H100,
-    tools/results/permute_k_kernel_h100.log). A candidate: checked under the interpreter and compiled on the CPU,
-    not yet run on a GPU (tools/dev/permute_k.py times it), so no launcher uses it."""
+    tools/results/permute_k_kernel_h100.log). The permutation engines launch (signature_permute_k) and
+    gluon_gemm.permute_k's; tools/dev/permute_k.py times it beside the gather and a copy."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -551,22 +551,17 @@ def signature_fp8_gemm(config: dict, N: int, K: int, has_bias: bool = False,
                          GEMM_GRID)
 
 
-def signature_permute_k(BK: int, K: int, pdl: bool = True):
-    """AotSignature of permute_k_kernel for contiguous [M, K] activations (M a run-time argument); pdl: compiled for
-    programmatic dependent launch (the runtime launches it with the attribute)."""
-    types = {"x_ptr": "*bf16", "idx_ptr": "*i32", "out_ptr": "*bf16", "M": "i32", "K": "i32", "stride_xm": "i32",
-             "stride_om": "i32"}
-    cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK), "PDL": pdl}
-    return aot_signature(permute_k_kernel, types, {"K": K, "stride_xm": K, "stride_om": K}, cx, PERMUTE_CONFIG,
-                         PERMUTE_GRID)
-
-
-def signature_permute_k_words(BK: int, K: int, pdl: bool = True):
-    """AotSignature of permute_k_words_kernel (signature_permute_k's, without the index table)."""
+def signature_permute_k(BK: int, K: int, pdl: bool = True, words: bool = True):
+    """AotSignature of the x permutation for contiguous [M, K] activations (M a run-time argument):
+    permute_k_words_kernel, or with words=False permute_k_kernel (the gather with its index table, which engines
+    built before the words kernel carry); pdl: compiled for programmatic dependent launch (the runtime launches it
+    with the attribute)."""
     types = {"x_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "K": "i32", "stride_xm": "i32", "stride_om": "i32"}
+    if not words:
+        types = {"x_ptr": "*bf16", "idx_ptr": "*i32", **types}
     cx = {"BK": BK, "ROWS": PERMUTE_CONFIG["ROWS"], "COLS": permute_cols(BK), "PDL": pdl}
-    return aot_signature(permute_k_words_kernel, types, {"K": K, "stride_xm": K, "stride_om": K}, cx,
-                         PERMUTE_CONFIG, PERMUTE_GRID)
+    return aot_signature(permute_k_words_kernel if words else permute_k_kernel, types,
+                         {"K": K, "stride_xm": K, "stride_om": K}, cx, PERMUTE_CONFIG, PERMUTE_GRID)
 
 
 def signature_quantize_rows_fp8(config: dict, K: int) -> AotSignature:

@@ -103,7 +103,7 @@ class CudaLinear:
 
     def _x_operand(self, entry: dict, x: torch.Tensor) -> torch.Tensor:
         """x as a wgmma / warp-specialized bucket's kernel reads it: in the decode's k order by the plan's
-        permute_k_kernel (one launch), as given (NAT, XP), or for an engine whose plan names no permutation kernel
+        permutation kernel (one launch: permute_k_words_kernel, or permute_k_kernel in older engines), as given (NAT, XP), or for an engine whose plan names no permutation kernel
         (built before it) by a torch gather."""
         from atlas.plugins_trt.quant_linear import gluon_gemm as gm
         from atlas.plugins_trt.quant_linear.triton_gemm import permutes_x
@@ -114,8 +114,10 @@ class CudaLinear:
         if not entry.get("perm"):
             return gm.gather_k(x, cfg["BLOCK_K"])
         xp = torch.empty_like(x)
-        self._launch(entry["perm"], x_ptr=x, idx_ptr=gm.block_index(cfg["BLOCK_K"], x.device), out_ptr=xp,
-                     M=x.shape[0], K=self.k, stride_xm=x.stride(0), stride_om=xp.stride(0))
+        args = dict(x_ptr=x, out_ptr=xp, M=x.shape[0], K=self.k, stride_xm=x.stride(0), stride_om=xp.stride(0))
+        if "idx_ptr" in dict(self.kernels.params(entry["perm"])):  # the gather kernel of engines built before
+            args["idx_ptr"] = gm.block_index(cfg["BLOCK_K"], x.device)  # permute_k_words_kernel
+        self._launch(entry["perm"], **args)
         return xp
 
     def _dequant_linear(self, entry: dict, x: torch.Tensor, out: torch.Tensor) -> None:

@@ -728,7 +728,7 @@ from atlas.plugins_trt.quant_linear import triton_gemm as GM, triton_gemv as GV
 
 report = {}
 for bk in (64, 128):
-    ptx = GV.compile_aot(GM.signature_permute_k_words(bk, 4096)).asm["ptx"]
+    ptx = GV.compile_aot(GM.signature_permute_k(bk, 4096)).asm["ptx"]
     report[bk] = {"ld_v4": ptx.count("ld.global.v4."), "st_v4": ptx.count("st.global.v4."),
                   "ld_b16": ptx.count("ld.global.b16") + ptx.count("ld.global.u16")}
 print(json.dumps(report))
@@ -736,7 +736,7 @@ print(json.dumps(report))
 
 
 def test_permute_k_words_compiles_to_wide_copies(tmp_path):
-    """permute_k_words_kernel compiles for sm_90 to 16-byte loads and stores only (the gather kernel it would replace
+    """permute_k_words_kernel compiles for sm_90 to 16-byte loads and stores only (the gather kernel it replaced
     loads 2-byte elements): the transpose stays inside the program."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
@@ -948,5 +948,5 @@ def test_permute_k_kernel_gpu(case):
     for k in (4096, 5120, 14336, 17408):
         x = torch.randn(300, k, device="cuda").to(torch.bfloat16)
         for bk in (64, 128):
-            assert torch.equal(permute_k(x, bk), gather_k(x, bk)), (k, bk)
-            assert torch.equal(permute_k(x, bk, words=True), gather_k(x, bk)), (k, bk, "words")
+            assert torch.equal(permute_k(x, bk), gather_k(x, bk)), (k, bk, "words")
+            assert torch.equal(permute_k(x, bk, words=False), gather_k(x, bk)), (k, bk)

@@ -56,8 +56,8 @@ def main() -> None:
         total = sum(mix.values())
         print(f"{name}: {usage}, {total} instructions, {words} static words -> {total / words:.1f} a word")
         print("   " + ", ".join(f"{op} {n / words:.2f}" for op, n in mix.most_common(14)))
-    for name, sig in (("permute_k_kernel", GM.signature_permute_k(128, 4096)),
-                      ("permute_k_words_kernel", GM.signature_permute_k_words(128, 4096))):
+    for name, sig in (("permute_k_kernel", GM.signature_permute_k(128, 4096, words=False)),
+                      ("permute_k_words_kernel", GM.signature_permute_k(128, 4096))):
         c = GV.compile_aot(sig)
         mix, usage, _ = opcode_mix(c.asm["cubin"])
         mem = {op: n for op, n in mix.items() if op.startswith(("LDG", "STG", "LDS", "STS", "LDSM"))}
