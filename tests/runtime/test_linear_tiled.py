@@ -248,9 +248,11 @@ def _permutation_launch(item: dict, x: torch.Tensor, k: int, calls: list) -> tup
     return out, rest
 
 
-def _recorded_launches(result, m: int, way: str, drop_perm: bool = False):
+def _recorded_launches(result, m: int, way: str, drop_perm: bool = False, gather_perm: bool = False):
     """CudaLinear's launches for M rows on the first linear whose plan takes `way` at that M, recorded on the CPU
-    against the engine's kernel table: (plan item, the linear's N and K, x, [(kernel, grid, arguments by name)])."""
+    against the engine's kernel table: (plan item, the linear's N and K, x, [(kernel, grid, arguments by name)]).
+    gather_perm: the plan's permutation kernel takes the parameters of permute_k_kernel, as in engines built before
+    permute_k_words_kernel (its grid then goes unrecorded: None)."""
     from safetensors.torch import load_file
 
     from atlas.runtime.kernels import KernelTable
@@ -258,12 +260,20 @@ def _recorded_launches(result, m: int, way: str, drop_perm: bool = False):
 
     m_ = result.manifest
     table = KernelTable.load(result.path, m_["kernels"], arch=90)
+    gather = [(p, t) for p, t in GM.signature_permute_k(64, 4096, words=False).signature.items() if t != "constexpr"]
+
+    def params(name):
+        return gather if gather_perm and name.startswith("permute_k.") else table.params(name)
 
     class Recorder:
-        kernels, params, calls = table.kernels, table.params, []
+        kernels, calls = table.kernels, []
+
+        def params(self, name):
+            return params(name)
 
         def launch(self, name, grid, *args):
-            self.calls.append((name, table.grid(name, *args), dict(zip((p for p, _ in table.params(name)), args))))
+            g = None if params(name) is gather else table.grid(name, *args)
+            self.calls.append((name, g, dict(zip((p for p, _ in params(name)), args))))
 
     stored = {}
     for f in m_["weights"]:
@@ -329,6 +339,20 @@ def test_ws_launch_arguments(m, ws_engine):
             assert args["out_ptr"].shape == (cfg["SPLIT_K"], m, n)
         else:
             assert rest == []
+
+
+def test_engine_with_the_gather_permutation_gets_its_index_table(ws_engine):
+    """An engine built before permute_k_words_kernel names permute_k_kernel as its permutation, which takes the
+    block's k order as idx_ptr: CudaLinear hands it that table, then the GEMM the permuted x."""
+    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+
+    result = next(r for r in ws_engine if any(GM.permutes_x(e["256"]["config"])
+                                              for e in r.manifest["linear_kernels"].values()))
+    item, (n, k), x, calls = _recorded_launches(result, 256, "WS", gather_perm=True)
+    (name, _, args), (gname, _, gargs), *_ = calls
+    bk = item["config"]["BLOCK_K"]
+    assert name == item["perm"] and args["x_ptr"] is x and torch.equal(args["idx_ptr"], gm.block_index(bk, "cpu"))
+    assert gname == item["kernel"] and gargs["x_ptr"] is args["out_ptr"]
 
 
 def test_engine_without_the_permutation_kernel_gathers(ws_engine):
