@@ -11,7 +11,6 @@ copies of the dequantized NVFP4 weight: 25.8 us on 8B qkv against the benchmark'
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 SHAPES = ("llama-3.1-8b.qkv", "llama-3.1-8b.down", "qwen3.5-27b.down", "qwen3.5-27b.gate_up")
@@ -23,9 +22,9 @@ def main(m: int = 256) -> list[dict]:
     from atlas.plugins_trt.quant_linear import gluon_ws as W
     from atlas.plugins_trt.quant_linear import triton_gemm as GM
     from atlas.plugins_trt.quant_linear.gluon_gemm import permute_k
-    from atlas.tools.bench.timing import copies_for, paired_graph_times
+    from atlas.tools.bench.timing import paired_graph_times
     from atlas.tools.bench_gemm import SHAPES as ALL, rel
-    from atlas.tools.dev.variants import nvfp4_tiled_copies, shipped_results
+    from atlas.tools.dev.variants import m256_case, shipped_results, write_rows
 
     shipped = {(c["shape"], c["M"]): c["nvfp4"]["config"] for c in json.loads(Path(shipped_results()).read_text())
                ["cases"]}
@@ -37,12 +36,8 @@ def main(m: int = 256) -> list[dict]:
         if not cfg.get("WS"):
             rows.append({**row, "skipped": "not a warp-specialized config"})
             continue
-        g, copies, ref_w, _ = nvfp4_tiled_copies(n, k)
-        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-        ref = x.float() @ ref_w.T
-        w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)  # as bench_gemm's cuBLAS side
-        w16 = [w] + [w.clone() for _ in range(copies_for(n * k * 2) - 1)]
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        case = m256_case(n, k, m)
+        copies, x, ref, w16, out = (case[key] for key in ("copies", "x", "ref", "w16", "out"))
         xk = permute_k(x, cfg["BLOCK_K"])
 
         def given(qt):
@@ -66,10 +61,7 @@ def main(m: int = 256) -> list[dict]:
         print(f"{name:22s} M={m} cublas {t_cublas * 1e6:7.1f} us  shipped {t_shipped * 1e6:7.1f} "
               f"(x{t_cublas / t_shipped:.3f})  x in k order {t_ordered * 1e6:7.1f} (x{t_cublas / t_ordered:.3f})  "
               f"errors {row['rel_error_shipped']:.4f} {row['rel_error_ordered']:.4f}", flush=True)
-    out_dir = Path(os.environ.get("OUT", "/tmp/out"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "nvfp4_rs_noperm.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
-                                                             indent=1) + "\n")
+    write_rows("nvfp4_rs_noperm.json", rows)
     return rows
 
 

@@ -47,6 +47,36 @@ def nvfp4_tiled_copies(n: int, k: int, bits: bool = True):
     return g, [(w, ws, ws2)] + [(w.clone(), ws.clone(), ws2) for _ in range(copies_for(nbytes) - 1)], ref, nbytes
 
 
+def m256_case(n: int, k: int, m: int) -> dict:
+    """A GEMM case as the M >= 64 sweeps time it beside cuBLAS: NVFP4 weight copies in the tiled order (copies), x,
+    the fp32 reference (ref), cuBLAS's random bf16 weights (w16, as bench_gemm's cuBLAS side, rotated) and a bf16
+    output buffer (out)."""
+    import torch
+
+    from atlas.tools.bench.timing import copies_for
+
+    g, copies, ref_w, _ = nvfp4_tiled_copies(n, k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    return {"copies": copies, "x": x, "ref": x.float() @ ref_w.T,
+            "w16": [w] + [w.clone() for _ in range(copies_for(n * k * 2) - 1)],
+            "out": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
+
+
+def write_rows(file_name: str, rows: list[dict]) -> None:
+    """{"device", "rows"} as $OUT/file_name (a dev sweep's result file)."""
+    import json
+    import os
+    from pathlib import Path
+
+    import torch
+
+    out_dir = Path(os.environ.get("OUT", "/tmp/out"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / file_name).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1)
+                                     + "\n")
+
+
 def check_and_time(configs: list[dict], run, ref, copies: list, bound: float = 1e-2) -> tuple[list[dict], dict | None]:
     """run(cfg, weights) -> output. Each config's relative error against ref (on copies[0]); the ones under bound
     are timed (median microseconds, graph replays over `copies`). Returns (one record a config, the fastest)."""
