@@ -448,7 +448,8 @@ def permute_k_words_kernel(x_ptr, out_ptr, M, K, stride_xm, stride_om, BK: tl.co
     BK / 2 words read as [4, BK / 8] (physical word (BK / 8) i + q) are written as [BK / 8, 4] (logical word i + 4 q),
     so loads and stores are both contiguous (sm_90: 16-byte loads and stores, the transpose through 2 KB of shared
     memory, 32 registers), where permute_k_kernel gathers 2-byte elements (1.7-1.9x a copy on an H100,
-    tools/results/permute_k_kernel_h100.log). The permutation engines launch (signature_permute_k) and
+    tools/results/permute_k_kernel_h100.log; 1.4-3.5x on an H200, where this kernel takes 0.7-1.2x the copy,
+    permute_k_words_h200.log). The permutation engines launch (signature_permute_k) and
     gluon_gemm.permute_k's; tools/dev/permute_k.py times it beside the gather and a copy."""
     if PDL:
         gdc_launch_dependents()

@@ -103,8 +103,8 @@ class CudaLinear:
 
     def _x_operand(self, entry: dict, x: torch.Tensor) -> torch.Tensor:
         """x as a wgmma / warp-specialized bucket's kernel reads it: in the decode's k order by the plan's
-        permutation kernel (one launch: permute_k_words_kernel, or permute_k_kernel in older engines), as given (NAT, XP), or for an engine whose plan names no permutation kernel
-        (built before it) by a torch gather."""
+        permutation kernel (one launch: permute_k_words_kernel, or permute_k_kernel in older engines), as given (NAT,
+        XP), or for an engine whose plan names no permutation kernel (built before it) by a torch gather."""
         from atlas.plugins_trt.quant_linear import gluon_gemm as gm
         from atlas.plugins_trt.quant_linear.triton_gemm import permutes_x
 
