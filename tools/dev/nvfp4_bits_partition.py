@@ -16,7 +16,8 @@ S = (6, 7, 8, 15, 22, 23, 24, 31)
 
 def covers(words: int, rotate: bool, bits: tuple[int, ...] = S) -> list[tuple[int, ...]]:
     """Every choice of 4 x `words` shifts d (bit i of a pair = bit i + d of the words' concatenation; rotate: taken
-    modulo the width, as a rotation of one word) whose shifted copies of `bits` (8 positions, S) cover the 32 x `words` bits exactly once.
+    modulo the width, as a rotation of one word) whose shifted copies of `bits` (8 positions, S) cover the
+    32 x `words` bits exactly once.
     Without rotate a copy must lie inside the words (S spans 26 bits, so any copy lies in two adjacent words: one
     shift or one funnel shift)."""
     width = 32 * words
