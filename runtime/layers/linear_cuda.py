@@ -57,6 +57,10 @@ class CudaLinear:
         # the stream-K GEMV's tile counters (gluon_streamk: zero before its first launch, zero after each), a bucket
         self.counters = {b: torch.zeros(self.n // e["config"]["BLOCK_N"], dtype=torch.int32, device=self.weight.device)
                          for b, e in (plan or {}).items() if e["config"].get("STREAMK")}
+        # the permutation kernels that take the block's k order as idx_ptr: permute_k_kernel, which engines built
+        # before permute_k_words_kernel carry
+        self.gather_perms = {e["perm"] for e in (plan or {}).values()
+                             if e.get("perm") and "idx_ptr" in dict(kernels.params(e["perm"]))}
         bits = {bool(e["config"].get("BITS")) for e in (plan or {}).values()}
         if len(bits) > 1:
             raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} mixes the NVFP4_BITS word order "
@@ -115,8 +119,8 @@ class CudaLinear:
             return gm.gather_k(x, cfg["BLOCK_K"])
         xp = torch.empty_like(x)
         args = dict(x_ptr=x, out_ptr=xp, M=x.shape[0], K=self.k, stride_xm=x.stride(0), stride_om=xp.stride(0))
-        if "idx_ptr" in dict(self.kernels.params(entry["perm"])):  # the gather kernel of engines built before
-            args["idx_ptr"] = gm.block_index(cfg["BLOCK_K"], x.device)  # permute_k_words_kernel
+        if entry["perm"] in self.gather_perms:
+            args["idx_ptr"] = gm.block_index(cfg["BLOCK_K"], x.device)
         self._launch(entry["perm"], **args)
         return xp
 
