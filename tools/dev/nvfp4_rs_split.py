@@ -1,12 +1,13 @@
 """Experiment helper (GPU box): RS tiles that decode each weight once at M = 256, beside the shipped config.
 
 The shipped M = 256 NVFP4 GEMM on 8B qkv (RS 128 x 128 x 128, gemm.json) covers the 256 tokens with two CTAs a row
-tile, so every weight is decoded twice, and the decode is what bounds these kernels (NOTES, fifth session). RS
-256 x 128 x 64 covers all 256 tokens in one CTA; at SPLIT_K 2 it still has 96 CTAs (one wave) on 8B qkv, each
-decoding half of its rows' K once, at the cost of fp32 partials and the split-K reduction. Both compile for sm_90
-within 168 registers and 146 KB of shared memory (tests/tools/test_nvfp4_rs_split.py). Timed as the build launches them (x permutation, then the kernel,
-PDL where the config says so), replays interleaved with cuBLAS BF16 on random bf16 weights and with each other
-(timing.paired_graph_times), over rotated weight copies; every output checked against the fp32 reference.
+tile, so every weight is decoded twice, and the decode is what bounds these kernels (NOTES, fifth session). RS 256 x
+128 x 64 covers all 256 tokens in one CTA; at SPLIT_K 2 it still has 96 CTAs (one wave) on 8B qkv, each decoding half
+of its rows' K once, at the cost of fp32 partials and the split-K reduction. Both compile for sm_90 within 168
+registers and 146 KB of shared memory (tests/tools/test_nvfp4_rs_split.py). Timed as the build launches them (x
+permutation, then the kernel, PDL where the config says so), replays interleaved with cuBLAS BF16 on random bf16
+weights and with each other (timing.paired_graph_times), over rotated weight copies; every output checked against the
+fp32 reference.
 
     python -m atlas.tools.dev.nvfp4_rs_split   # $OUT/nvfp4_rs_split.json
 """
