@@ -172,6 +172,9 @@ class KernelTable:
 
     def params(self, name: str) -> list[tuple[str, str]]:
         """(name, type) of kernel `name`'s launch arguments, in order (constexprs removed)."""
+        if name not in self.kernels:
+            raise EngineError(f"the engine's kernel plan names kernel {name!r}, which its kernels/ table lacks; "
+                              f"rebuild the engine with atlas-build --device cuda.")
         return [tuple(p) for p in self.kernels[name].entry["params"]]
 
     def preload(self) -> None:

@@ -248,13 +248,22 @@ def _permutation_launch(item: dict, x: torch.Tensor, k: int, calls: list) -> tup
     return out, rest
 
 
+def _linear_tensors(result, n: int, k: int) -> dict:
+    """The stored weight, weight_scale and weight_scale_2 of the engine's first nvfp4 linear of shape [n, k]."""
+    from safetensors.torch import load_file
+
+    stored = {}
+    for f in result.manifest["weights"]:
+        stored.update(load_file(str(result.path / f)))
+    prefix = next(p for p, t in stored.items() if p.endswith(".weight") and tuple(t.shape) == (n, k // 2))[:-7]
+    return {s: stored[f"{prefix}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")}
+
+
 def _recorded_launches(result, m: int, way: str, drop_perm: bool = False, gather_perm: bool = False):
     """CudaLinear's launches for M rows on the first linear whose plan takes `way` at that M, recorded on the CPU
     against the engine's kernel table: (plan item, the linear's N and K, x, [(kernel, grid, arguments by name)]).
     gather_perm: the plan's permutation kernel takes the parameters of permute_k_kernel, as in engines built before
     permute_k_words_kernel (its grid then goes unrecorded: None)."""
-    from safetensors.torch import load_file
-
     from atlas.runtime.kernels import KernelTable
     from atlas.runtime.layers.linear_cuda import CudaLinear, bucket_for
 
@@ -275,15 +284,11 @@ def _recorded_launches(result, m: int, way: str, drop_perm: bool = False, gather
             g = None if params(name) is gather else table.grid(name, *args)
             self.calls.append((name, g, dict(zip((p for p, _ in params(name)), args))))
 
-    stored = {}
-    for f in m_["weights"]:
-        stored.update(load_file(str(result.path / f)))
     key, plan = next((k, e) for k, e in m_["linear_kernels"].items() if e[str(bucket_for(m))]["config"].get(way))
     if drop_perm:  # a plan as engines built before permute_k_kernel wrote it
         plan = {b: {n: v for n, v in item.items() if n != "perm"} for b, item in plan.items()}
     n, k = (int(v) for v in key.split(":")[1].split("x"))
-    prefix = next(p for p, t in stored.items() if p.endswith(".weight") and tuple(t.shape) == (n, k // 2))[:-7]
-    t = {s: stored[f"{prefix}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")}
+    t = _linear_tensors(result, n, k)
     rec = Recorder()
     x = torch.randn(m, k).to(torch.bfloat16)
     CudaLinear("nvfp4", t, rec, plan)(x)
@@ -625,3 +630,20 @@ def test_wgmma_streamk_gpu(config):
         assert err < 1e-2, (n, k, m, err)
         assert torch.equal(outs[0], outs[1]), (n, k, m)
         assert int(cnt.abs().sum()) == 0, (n, k, m)
+
+
+def test_plan_naming_a_missing_permutation_kernel_is_a_clear_error(ws_engine):
+    """A plan whose permutation kernel is not in the engine's kernel table (a damaged engine) fails at load with an
+    EngineError that says to rebuild, not with a KeyError at the first launch."""
+    from atlas.runtime.errors import EngineError
+    from atlas.runtime.kernels import KernelTable
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    result = next(r for r in ws_engine if any(e["256"].get("perm") for e in r.manifest["linear_kernels"].values()))
+    m_ = result.manifest
+    table = KernelTable.load(result.path, m_["kernels"], arch=90)
+    key, plan = next((k, e) for k, e in m_["linear_kernels"].items() if e["256"].get("perm"))
+    plan = {b: ({**item, "perm": "permute_k.missing"} if item.get("perm") else item) for b, item in plan.items()}
+    n, k = (int(v) for v in key.split(":")[1].split("x"))
+    with pytest.raises(EngineError, match="permute_k.missing.*rebuild"):
+        CudaLinear("nvfp4", _linear_tensors(result, n, k), table, plan)
