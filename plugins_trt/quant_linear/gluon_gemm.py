@@ -321,6 +321,32 @@ def sk_store(y, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_
 
 
 @gluon.jit
+def sk_fixup(t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+             BM: gl.constexpr, BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr,
+             HAS_RESIDUAL: gl.constexpr):
+    """FIX, once a program has stored its part of stream-K tile t (sk_store's part case): one more on the tile's
+    counter (cnt_ptr, int32 a stream-K tile, zero before the launch); the program that completes the count sums the
+    tile's parts in program order (deterministic), stores the tile (scale, bias, residual) and zeroes the counter."""
+    on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+    om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+    offs = om[None, :] * BN + on[:, None]
+    _fence()
+    gl.thread_barrier()
+    u = t - DP
+    old = gl.atomic_add(cnt_ptr + u, 1, sem="acq_rel", scope="gpu")
+    T = (gl.cdiv(N, BN) * n_m - DP) * NP  # sk_walk's pairs and ranges
+    c_first, c_last = sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
+    if old == c_last - c_first:  # every other part is in: sum them in program order
+        _fence()
+        tot = gl.load(part_ptr + (c_first * 2 + 1) * (BM * BN) + offs, cache_modifier=".cg")
+        for cc in range(c_first + 1, c_last + 1):
+            tot += gl.load(part_ptr + (cc * 2) * (BM * BN) + offs, cache_modifier=".cg")
+        gg._store_out(tot, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                      stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+        gl.store(cnt_ptr + u, 0)
+
+
+@gluon.jit
 def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
                                M, N, K, DP, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
@@ -362,20 +388,8 @@ def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr,
         else:  # (sk_store's two cases, kept inline here: this kernel's measured sm_90 code)
             gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN) + offs, y)
             if FIX:
-                _fence()
-                gl.thread_barrier()
-                u = t - DP
-                old = gl.atomic_add(cnt_ptr + u, 1, sem="acq_rel", scope="gpu")
-                T = (gl.cdiv(N, BN) * n_m - DP) * NP  # sk_walk's pairs and ranges
-                c_first, c_last = sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
-                if old == c_last - c_first:  # every other part is in: sum them in program order
-                    _fence()
-                    tot = gl.load(part_ptr + (c_first * 2 + 1) * (BM * BN) + offs, cache_modifier=".cg")
-                    for cc in range(c_first + 1, c_last + 1):
-                        tot += gl.load(part_ptr + (cc * 2) * (BM * BN) + offs, cache_modifier=".cg")
-                    gg._store_out(tot, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr,
-                                  res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
-                    gl.store(cnt_ptr + u, 0)
+                sk_fixup(t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
+                         stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
 
 
 WGMMA_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M)", "SPLIT_K", "1")

@@ -358,9 +358,12 @@ def nvfp4_gemm_ws_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
 @gluon.jit
 def _sk_loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, stride_xm, stride_wn, stride_sn,
                BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, DW: gl.constexpr,
-               TILED: gl.constexpr, XP: gl.constexpr):
-    """_loader over a persistent program's work items: the ring position g counts every block the program takes."""
+               TILED: gl.constexpr, XP: gl.constexpr, PDL: gl.constexpr = False):
+    """_loader over a persistent program's work items: the ring position g counts every block the program takes.
+    PDL: it waits for the kernel before (permute_k, which writes x) before its first copy."""
     pid, G, n_dp, it, end, NP, n_m = gm.sk_walk(M, N, K, DP, BM, BN, BK)
+    if PDL:
+        gg._gdc_wait()
     i = 0
     g = 0
     while (i < n_dp) | (it < end):
@@ -373,15 +376,20 @@ def _sk_loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, s
 
 
 @gluon.jit
-def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, M, N, K, DP, stride_rm,
-                 stride_om, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr, NW: gl.constexpr,
-                 HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, BITS: gl.constexpr, TA: gl.constexpr = False):
+def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr, M, N, K, DP,
+                 stride_rm, stride_om, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr,
+                 NW: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, BITS: gl.constexpr,
+                 TA: gl.constexpr = False, FIX: gl.constexpr = False, PDL: gl.constexpr = False):
     """The RS consumers over a persistent program's work items: each item's blocks through _rs_step (its first
     block releases nothing: the item before released its last one after its final wait), then the item's epilogue
-    here (gluon_gemm.sk_store: a whole tile stored, a part to part_ptr for sk_reduce_kernel)."""
+    here (gluon_gemm.sk_store: a whole tile stored, a part to part_ptr for sk_reduce_kernel, or with FIX summed by
+    the program that completes the tile's counter: gluon_gemm.sk_fixup). PDL: they wait for the kernel before
+    (whose output the residual may be) before their first block."""
     acc_l, aL, wL, sL, pL = gm.wgmma_layouts(BN, BM, BK, NW)
     oL: gl.constexpr = gm.out_layout(BN, NW)
     pid, G, n_dp, it, end, NP, n_m = gm.sk_walk(M, N, K, DP, BM, BN, BK)
+    if PDL:
+        gg._gdc_wait()
     i = 0
     g = 0
     while (i < n_dp) | (it < end):
@@ -398,20 +406,27 @@ def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_pt
         _release(empty.index((g + S - 1) % S), True, TA)  # the item's last block: its wgmma has completed
         gm.sk_store(gl.convert_layout(acc, oL), t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr,
                     out_ptr, stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        if FIX:
+            if (p0 != 0) | (p1 != NP):  # a part: stored by sk_store
+                gm.sk_fixup(t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                            stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
     return ()
 
 
 @gluon.jit
-def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr,
+def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
                             M, N, K, DP, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
                             TILED: gl.constexpr = False, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
-                            DREGS: gl.constexpr = 64, XP: gl.constexpr = False, TA: gl.constexpr = False):
+                            DREGS: gl.constexpr = 64, XP: gl.constexpr = False, TA: gl.constexpr = False,
+                            FIX: gl.constexpr = False, PDL: gl.constexpr = False):
     """RS (nvfp4_gemm_ws_kernel's consumers and loader) on gluon_gemm.nvfp4_gemm_wgmma_sk_kernel's persistent grid and
     work walk: G programs, the first DP tiles whole, the rest as equal ranges of block pairs; the parts of shared
-    tiles go to part_ptr for triton_gemv.sk_reduce_kernel (no FIX). The ring runs on across a program's items; each
-    item's epilogue is in the consumer partition. x k-permuted (permute_k) unless XP; K % (2 BLOCK_K) == 0."""
+    tiles go to part_ptr for triton_gemv.sk_reduce_kernel, or with FIX the program that completes a tile's counter
+    (cnt_ptr, zero before and after) sums them. The ring runs on across a program's items; each item's epilogue is in
+    the consumer partition. x k-permuted (permute_k) unless XP; K % (2 BLOCK_K) == 0. PDL: compiled for
+    programmatic dependent launch after permute_k (both partitions wait for it before touching x or the residual)."""
     NW: gl.constexpr = gl.num_warps()
     shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K],
@@ -424,10 +439,11 @@ def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
         mbarrier.init(ready.index(i), count=32 * DW)
         mbarrier.init(empty.index(i), count=32 * NW if TA else 1)
     gl.warp_specialize([
-        (_sk_consumer, (w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, M, N, K, DP,
-                        stride_rm, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW, HAS_BIAS, HAS_RESIDUAL, BITS, TA)),
+        (_sk_consumer, (w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr, M, N, K,
+                        DP, stride_rm, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW, HAS_BIAS, HAS_RESIDUAL, BITS,
+                        TA, FIX, PDL)),
         (_sk_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, stride_xm, stride_wn, stride_sn,
-                      BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP)),
+                      BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP, PDL)),
     ], [DW], [DREGS])
 
 
@@ -436,7 +452,8 @@ def rs_sk_constexprs(config: dict, has_bias: bool = False, has_residual: bool = 
     return {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
             "TILED": bool(config.get("TILED")), "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4),
-            "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP")), "TA": bool(config.get("TA"))}
+            "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP")), "TA": bool(config.get("TA")),
+            "FIX": bool(config.get("FIX")), "PDL": bool(config.get("PDL"))}
 
 
 def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):
@@ -446,7 +463,7 @@ def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = Fa
     from atlas.plugins_trt.quant_linear.triton_gemm import nvfp4_gemm_params
     from atlas.plugins_trt.quant_linear.triton_gemv import aot_signature
 
-    types, ints = nvfp4_gemm_params(N, K, part_ptr="*fp32", DP="i32")
+    types, ints = nvfp4_gemm_params(N, K, part_ptr="*fp32", cnt_ptr="*i32", DP="i32")
     return aot_signature(nvfp4_gemm_rs_sk_kernel, types, ints, rs_sk_constexprs(config, has_bias, has_residual),
                          config, (str(config["SK"]), "1", "1"))
 
@@ -454,10 +471,12 @@ def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = Fa
 def launch_nvfp4_gemm_rs_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                             weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                             residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                            part: torch.Tensor | None = None, reduce: bool = True) -> torch.Tensor:
-    """y = x @ W.T (+ bias) (+ residual) through nvfp4_gemm_rs_sk_kernel on config["SK"] programs, then
-    triton_gemv.sk_reduce_kernel over the tiles the programs shared (as gluon_gemm.launch_nvfp4_gemm_wgmma_sk).
-    part: a preallocated gluon_gemm.sk_partials_shape buffer; reduce=False leaves the shared tiles unsummed."""
+                            part: torch.Tensor | None = None, reduce: bool = True,
+                            counters: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W.T (+ bias) (+ residual) through nvfp4_gemm_rs_sk_kernel on config["SK"] programs, then (without
+    "FIX") triton_gemv.sk_reduce_kernel over the tiles the programs shared (as gluon_gemm.launch_nvfp4_gemm_wgmma_sk).
+    part: a preallocated gluon_gemm.sk_partials_shape buffer; counters: FIX's int32 tile counters (zero; zero again
+    afterwards); reduce=False leaves the shared tiles unsummed."""
     M, K = x.shape
     N = weight.shape[0]
     if K % (2 * config["BLOCK_K"]):
@@ -471,12 +490,14 @@ def launch_nvfp4_gemm_rs_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale:
         part = torch.empty(gm.sk_partials_shape(config), dtype=torch.float32, device=x.device)
     res = residual if residual is not None else out
     dp = gm.sk_dp_tiles(config, M, N)
+    if counters is None:
+        counters = gm.sk_counter_buffer(gm.sk_counters(config, M, N), x.device)
     nvfp4_gemm_rs_sk_kernel[(config["SK"], 1, 1)](
-        xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, out, part, M, N, K, dp,
-        xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
+        xp, weight, weight_scale, weight_scale_2, bias if bias is not None else out, res, out, part, counters, M, N, K,
+        dp, xp.stride(0), weight.stride(0), weight_scale.stride(0), res.stride(0), out.stride(0),
         **rs_sk_constexprs(config, bias is not None, residual is not None), num_warps=config["num_warps"],
-        num_stages=config["num_stages"])
-    if reduce:
+        num_stages=config["num_stages"], launch_pdl=bool(config.get("PDL")))
+    if reduce and not config.get("FIX"):
         gm.launch_sk_reduce(config, part, weight_scale_2, bias, residual, out, K, dp)
     return out
 

@@ -225,7 +225,7 @@ def test_sk_launch_arguments(m, sk_engine):
         assert name == item["kernel"] and grid == (cfg["SK"], 1, 1) and args["DP"] == dp and args["M"] == m
         assert args["x_ptr"] is xp
         assert args["part_ptr"].shape == gm.sk_partials_shape(cfg)
-        assert ("cnt_ptr" in args) != bool(cfg.get("WS"))  # RS-SK has no FIX counters
+        assert "cnt_ptr" in args  # FIX's counters: both persistent kernels take them (RS-SK since FIX came to it)
         assert gm.sk_counters(cfg, m, n) > 0  # these shapes share tiles at every M (fewer tiles than programs)
         if cfg.get("FIX"):
             assert rest == []
