@@ -301,6 +301,8 @@ fi
 if [ "$what" = rsskparts ]; then  # RS on the stream-K grid at M 256: whole and without its reduction launch
     timeout ${RSSK_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_rs_sk_parts 2>&1 | tee "$out/nvfp4_rs_sk_parts.log" \
         | grep -a " M=\|Error" | tail -10
+    timeout ${RSSK_TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        -k "sk" 2>&1 | tee "$out/pytest_sk_gpu.log" | tail -5
 fi
 if [ "$what" = rssplit ]; then  # RS 256 x 128 x 64 at SPLIT_K 2 (each weight decoded once at M 256) beside shipped
     timeout ${RSSPLIT_TIMEOUT:-300} python3 -m atlas.tools.dev.nvfp4_rs_split 2>&1 | tee "$out/nvfp4_rs_split.log" \

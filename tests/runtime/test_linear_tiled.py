@@ -38,17 +38,19 @@ def split_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sk_engine(tmp_path_factory):
-    """Three tiny-llama-wide engines whose GEMM buckets take a persistent stream-K GEMM where K allows it (K a
-    multiple of 256): the wgmma one with the reduction launch, the wgmma one with the in-kernel sums (FIX), and RS
-    (gluon_ws.nvfp4_gemm_rs_sk_kernel, BLOCK_K 128) with the reduction launch; the packed dequantization elsewhere."""
+    """Four tiny-llama-wide engines whose GEMM buckets take a persistent stream-K GEMM where K allows it (K a
+    multiple of 256): the wgmma one with the reduction launch, the wgmma one with the in-kernel sums (FIX), RS
+    (gluon_ws.nvfp4_gemm_rs_sk_kernel, BLOCK_K 128) with the reduction launch, and RS with FIX launched as a
+    programmatic dependent of the permutation (PDL); the packed dequantization elsewhere."""
     red = GM.CONFIGS_nvfp4_wgmma_sk[0]
     fix = {**red, "FIX": True}
     rs = next(c for c in GM.CONFIGS_nvfp4_ws_rs_sk if c["BLOCK_K"] == 128)
+    rs_fix = {**rs, "FIX": True, "PDL": True}
     tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
     mp = pytest.MonkeyPatch()
     engines = []
     try:
-        for name, cfg in (("sk", red), ("skfix", fix), ("rssk", rs)):
+        for name, cfg in (("sk", red), ("skfix", fix), ("rssk", rs), ("rsskfix", rs_fix)):
             mp.setattr(GM, "CONFIGS_nvfp4_gemm", [cfg, tile])
             engines.append(build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp(name) / "e",
                                              dtype="nvfp4", device="cuda", autotune=False, progress=False)))
@@ -206,7 +208,7 @@ def test_sk_wgmma_in_the_plan(sk_engine):
                     assert item["kernel"].startswith(name) and table[item["kernel"]]["grid"][0] == cfg["SK"]
                     assert table[item["kernel"]]["num_warps"] == cfg["num_warps"] + 4 * bool(cfg.get("WS"))
                     assert (item["reduce"] in table) != bool(cfg.get("FIX")), item
-    assert seen == {(True, False), (False, False), (False, True)}
+    assert seen == {(True, False), (False, False), (False, True), (True, True)}
 
 
 @pytest.mark.parametrize("m", [64, 200, 300, 2048])
@@ -461,10 +463,10 @@ def test_split_engine_linears_match_reference(m, split_engine):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [64, 200, 300])
-@pytest.mark.parametrize("which", [0, 1, 2], ids=["reduce", "fix", "rs"])
+@pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["reduce", "fix", "rs", "rsfix"])
 def test_sk_engine_linears_match_reference(m, which, sk_engine):
-    """Through CudaLinear (the AOT kernels): wgmma with the reduction launch or FIX, RS with the reduction launch;
-    twice, so that the second call sees FIX's counters back at zero."""
+    """Through CudaLinear (the AOT kernels): wgmma with the reduction launch or FIX, RS with the reduction launch or
+    with FIX and PDL; twice, so that the second call sees FIX's counters back at zero."""
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     for _ in range(2):
