@@ -379,21 +379,32 @@ def _sk_loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, s
 def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr, M, N, K, DP,
                  stride_rm, stride_om, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr,
                  NW: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, BITS: gl.constexpr,
-                 TA: gl.constexpr = False, FIX: gl.constexpr = False, PDL: gl.constexpr = False):
+                 TA: gl.constexpr = False, FIX: gl.constexpr = False, PDL: gl.constexpr = False,
+                 TRACE: gl.constexpr = False):
     """The RS consumers over a persistent program's work items: each item's blocks through _rs_step (its first
     block releases nothing: the item before released its last one after its final wait), then the item's epilogue
     here (gluon_gemm.sk_store: a whole tile stored, a part to part_ptr for sk_reduce_kernel, or with FIX summed by
     the program that completes the tile's counter: gluon_gemm.sk_fixup). PDL: they wait for the kernel before
-    (whose output the residual may be) before their first block."""
+    (whose output the residual may be) before their first block. TRACE (experiments only: tools/dev/nvfp4_rs_sk_trace)
+    writes time stamps after the parts in part_ptr: int64 row pid of TRACE_ROW, globaltimer at the start and the end,
+    then per item (up to TRACE_ITEMS) %clock64 at its start, after its last wgmma, after its store and after FIX, and
+    last %clock64 at the start and the end."""
     acc_l, aL, wL, sL, pL = gm.wgmma_layouts(BN, BM, BK, NW)
     oL: gl.constexpr = gm.out_layout(BN, NW)
     pid, G, n_dp, it, end, NP, n_m = gm.sk_walk(M, N, K, DP, BM, BN, BK)
+    if TRACE:
+        tp = part_ptr.to(gl.pointer_type(gl.int64)) + G * (BM * BN) + pid * TRACE_ROW  # [G, 2, BM, BN] fp32 first
+        gl.store(tp, _timer("globaltimer"))
+        gl.store(tp + TRACE_ROW - 2, _timer("clock64"))
     if PDL:
         gg._gdc_wait()
     i = 0
     g = 0
+    j = 0
     while (i < n_dp) | (it < end):
         t, p0, p1, i, it = gm.sk_item(i, it, end, n_dp, pid, G, DP, NP)
+        if TRACE:
+            _trace(tp, j, 0)
         acc = gl.zeros([BN, BM], gl.float32, layout=acc_l)
         a1 = gl.zeros([BN, BK], gl.bfloat16, layout=aL)
         for q in range(p0, p1):  # two blocks a step (a pair), as _rs_loop
@@ -404,13 +415,44 @@ def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_pt
             g += 2
         acc, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a1))
         _release(empty.index((g + S - 1) % S), True, TA)  # the item's last block: its wgmma has completed
+        if TRACE:
+            _trace(tp, j, 1)
         gm.sk_store(gl.convert_layout(acc, oL), t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr,
                     out_ptr, stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        if TRACE:
+            _trace(tp, j, 2)
         if FIX:
             if (p0 != 0) | (p1 != NP):  # a part: stored by sk_store
                 gm.sk_fixup(t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                             stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        if TRACE:
+            _trace(tp, j, 3)
+        j += 1
+    if TRACE:
+        gl.store(tp + 1, _timer("globaltimer"))
+        gl.store(tp + TRACE_ROW - 1, _timer("clock64"))
     return ()
+
+
+TRACE_ROW = gl.constexpr(32)
+"""int64 slots a program of a TRACE launch: 2 globaltimer stamps, then 4 %clock64 stamps for each of TRACE_ITEMS."""
+TRACE_ITEMS = gl.constexpr(7)
+
+
+@gluon.jit
+def _timer(which: gl.constexpr):
+    """%globaltimer (ns, common to the SMs) or %clock64 (this SM's cycles), read once."""
+    if which == "globaltimer":
+        return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+    else:
+        return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _trace(tp, j, k: gl.constexpr):
+    """TRACE: stamp k of item j (%clock64), dropped past TRACE_ITEMS items."""
+    if j < TRACE_ITEMS:
+        gl.store(tp + 2 + j * 4 + k, _timer("clock64"))
 
 
 @gluon.jit
@@ -420,13 +462,14 @@ def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
                             STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
                             TILED: gl.constexpr = False, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
                             DREGS: gl.constexpr = 64, XP: gl.constexpr = False, TA: gl.constexpr = False,
-                            FIX: gl.constexpr = False, PDL: gl.constexpr = False):
+                            FIX: gl.constexpr = False, PDL: gl.constexpr = False, TRACE: gl.constexpr = False):
     """RS (nvfp4_gemm_ws_kernel's consumers and loader) on gluon_gemm.nvfp4_gemm_wgmma_sk_kernel's persistent grid and
     work walk: G programs, the first DP tiles whole, the rest as equal ranges of block pairs; the parts of shared
     tiles go to part_ptr for triton_gemv.sk_reduce_kernel, or with FIX the program that completes a tile's counter
     (cnt_ptr, zero before and after) sums them. The ring runs on across a program's items; each item's epilogue is in
     the consumer partition. x k-permuted (permute_k) unless XP; K % (2 BLOCK_K) == 0. PDL: compiled for
-    programmatic dependent launch after permute_k (both partitions wait for it before touching x or the residual)."""
+    programmatic dependent launch after permute_k (both partitions wait for it before touching x or the residual).
+    TRACE: time stamps after the parts (_sk_consumer; experiments only, part_ptr then needs G TRACE_ROW int64 more)."""
     NW: gl.constexpr = gl.num_warps()
     shl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K],
@@ -441,7 +484,7 @@ def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
     gl.warp_specialize([
         (_sk_consumer, (w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr, M, N, K,
                         DP, stride_rm, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, NW, HAS_BIAS, HAS_RESIDUAL, BITS,
-                        TA, FIX, PDL)),
+                        TA, FIX, PDL, TRACE)),
         (_sk_loader, (w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, stride_xm, stride_wn, stride_sn,
                       BLOCK_M, BLOCK_N, BLOCK_K, STAGES, DW, TILED, XP, PDL)),
     ], [DW], [DREGS])
@@ -453,7 +496,7 @@ def rs_sk_constexprs(config: dict, has_bias: bool = False, has_residual: bool = 
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
             "TILED": bool(config.get("TILED")), "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4),
             "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP")), "TA": bool(config.get("TA")),
-            "FIX": bool(config.get("FIX")), "PDL": bool(config.get("PDL"))}
+            "FIX": bool(config.get("FIX")), "PDL": bool(config.get("PDL")), "TRACE": bool(config.get("TRACE"))}
 
 
 def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):

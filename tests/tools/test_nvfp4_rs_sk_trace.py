@@ -1,0 +1,37 @@
+"""tools/dev/nvfp4_rs_sk_trace: its Python walk of the stream-K work must be the kernel's, or its per-item time line
+labels the wrong pairs; and TRACE must compile into the RS-SK kernel's stamps (on the CPU, sm_90)."""
+import random
+
+from atlas.plugins_trt.quant_linear import gluon_gemm as gm
+from atlas.tools.dev.nvfp4_rs_sk_trace import walk
+
+
+def test_walk_covers_every_pair_once_and_matches_the_kernels_owners():
+    rng = random.Random(0)
+    for _ in range(300):
+        tiles, NP, G = rng.randint(1, 200), rng.randint(1, 70), rng.randint(1, 140)
+        seen = {}
+        for pid, items in enumerate(walk(tiles, NP, G)):
+            for u, p0, p1 in items:
+                assert 0 <= p0 < p1 <= NP
+                for p in range(p0, p1):
+                    assert (u, p) not in seen
+                    seen[(u, p)] = pid
+        assert len(seen) == tiles * NP
+        T = tiles * NP
+        Gs = max(min(G, T), 1)
+        for u in range(tiles):  # sk_reduce_kernel / sk_fixup find a tile's programs by this formula
+            assert gm.sk_owners.fn(u, NP, T, Gs) == (seen[(u, 0)], seen[(u, NP - 1)])
+
+
+def test_trace_compiles_to_clock_stamps():
+    from atlas.plugins_trt.quant_linear import gluon_ws as W
+    from atlas.plugins_trt.quant_linear import triton_gemm as GM
+    from atlas.plugins_trt.quant_linear import triton_gemv as GV
+
+    base = {k: v for k, v in GM.CONFIGS_nvfp4_ws_rs_sk[0].items() if k != "SK_PER_SM"}
+    ptx = {trace: GV.compile_aot(W.signature_nvfp4_gemm_rs_sk(
+        {**base, "SK": 132, "DP": 0, "TILED": True, "BITS": True, "FIX": True, "TRACE": trace}, 6144, 4096)).asm["ptx"]
+        for trace in (False, True)}
+    assert "%clock64" not in ptx[False] and "%globaltimer" not in ptx[False]
+    assert ptx[True].count("%globaltimer") == 2 and ptx[True].count("%clock64") == 6
