@@ -304,45 +304,57 @@ def sk_walk(M, N, K, DP, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr):
 
 
 @gluon.jit
-def sk_store(y, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
-             BM: gl.constexpr, BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr,
-             HAS_RESIDUAL: gl.constexpr):
-    """A persistent program's work item done (y [BN, BM] in the epilogue layout oL): a whole tile stored (scale, bias,
-    residual), a part of one to part_ptr [G, 2, BM, BN] as the raw accumulator: slot 0 for a part that starts inside
-    the tile (the program's first), 1 for one that starts at its first pair (its last). nvfp4_gemm_wgmma_sk_kernel
-    keeps the same two cases inline (its FIX follows the part's store; its sm_90 code is the measured one)."""
-    on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
-    om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
-    if (p0 == 0) & (p1 == NP):
-        gg._store_out(y, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
-                      stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
-    else:  # a part [m, n]: n contiguous, as the epilogue layout stores
-        gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN) + om[None, :] * BN + on[:, None], y)
+def _part_offsets(acc, BN: gl.constexpr, BM: gl.constexpr):
+    """Offsets of a stream-K part [BN, BM] (m contiguous) in the layout of acc: the wgmma accumulator's own, in which
+    each thread holds pairs of consecutive m, so a part is stored and read back as 8-byte accesses that fill whole
+    sectors, with no layout conversion (the [m, n] parts stored from the epilogue layout took ~3 us a 128 x 128 part
+    on an H100: tools/results/nvfp4_rs_sk_trace_h100.log)."""
+    on = gl.arange(0, BN, layout=gl.SliceLayout(1, acc.type.layout))
+    om = gl.arange(0, BM, layout=gl.SliceLayout(0, acc.type.layout))
+    return on[:, None] * BM + om[None, :]
 
 
 @gluon.jit
-def sk_fixup(t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+def sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
              BM: gl.constexpr, BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr,
              HAS_RESIDUAL: gl.constexpr):
-    """FIX, once a program has stored its part of stream-K tile t (sk_store's part case): one more on the tile's
-    counter (cnt_ptr, int32 a stream-K tile, zero before the launch); the program that completes the count sums the
-    tile's parts in program order (deterministic), stores the tile (scale, bias, residual) and zeroes the counter."""
-    on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
-    om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
-    offs = om[None, :] * BN + on[:, None]
+    """A persistent program's work item done (acc [BN, BM], the raw wgmma accumulator): a whole tile stored through
+    the epilogue layout oL (scale, bias, residual), a part of one to part_ptr [G, 2, BN, BM] as it is: slot 0 for a
+    part that starts inside the tile (the program's first), 1 for one that starts at its first pair (its last)."""
+    if (p0 == 0) & (p1 == NP):
+        on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+        om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+        gg._store_out(gl.convert_layout(acc, oL), (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr,
+                      bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+    else:
+        gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN)
+                 + _part_offsets(acc, BN, BM), acc)
+
+
+@gluon.jit
+def sk_fixup(acc, t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
+             stride_om, BM: gl.constexpr, BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr,
+             HAS_RESIDUAL: gl.constexpr):
+    """FIX, once a program has stored its part of stream-K tile t (sk_store's part case; acc only gives the parts'
+    layout): one more on the tile's counter (cnt_ptr, int32 a stream-K tile, zero before the launch); the program
+    that completes the count sums the tile's parts in program order (deterministic), stores the tile (scale, bias,
+    residual) and zeroes the counter."""
+    offs = _part_offsets(acc, BN, BM)
     _fence()
     gl.thread_barrier()
     u = t - DP
     old = gl.atomic_add(cnt_ptr + u, 1, sem="acq_rel", scope="gpu")
     T = (gl.cdiv(N, BN) * n_m - DP) * NP  # sk_walk's pairs and ranges
     c_first, c_last = sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
-    if old == c_last - c_first:  # every other part is in: sum them in program order
-        _fence()
+    if old == c_last - c_first:  # every other part is in: sum them in program order (its own read back too:
+        _fence()                  # holding acc beside the sum would spill)
         tot = gl.load(part_ptr + (c_first * 2 + 1) * (BM * BN) + offs, cache_modifier=".cg")
         for cc in range(c_first + 1, c_last + 1):
             tot += gl.load(part_ptr + (cc * 2) * (BM * BN) + offs, cache_modifier=".cg")
-        gg._store_out(tot, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
-                      stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+        on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+        om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+        gg._store_out(gl.convert_layout(tot, oL), (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr,
+                      bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
         gl.store(cnt_ptr + u, 0)
 
 
@@ -360,7 +372,7 @@ def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr,
         c + G, ... whole and stores them (data-parallel);
       * the rest as stream-K: their K-block pairs, T = tiles x K / (2 BLOCK_K) in all, are cut into Gs = min(G, T)
         equal ranges [c T / Gs, (c + 1) T / Gs); program c < Gs walks its range tile by tile. A tile it covers whole
-        is stored; a part of a tile goes as fp32 (the raw accumulator) to part_ptr [G, 2, BLOCK_M, BLOCK_N]: slot 0
+        is stored; a part of a tile goes as fp32 (the raw accumulator) to part_ptr [G, 2, BLOCK_N, BLOCK_M]: slot 0
         for the part that starts inside a tile (the program's first), slot 1 for the one that starts at a tile's first
         block and ends inside it (its last). Without FIX, triton_gemv.sk_reduce_kernel then sums every shared tile's
         parts in program order (deterministic), scales, adds bias and residual and stores. With FIX the programs do
@@ -373,23 +385,17 @@ def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr,
     pid, G, n_dp, it, end, NP, n_m = sk_walk(M, N, K, DP, BM, BN, BLOCK_K)
     x_s, w_s, s_s = _ring(BM, BN, BLOCK_K, STAGES, W_SMEM)
     oL: gl.constexpr = out_layout(BN, NW)
-    on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
-    om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
-    offs = om[None, :] * BN + on[:, None]  # a part [m, n]: n contiguous, as the epilogue layout stores
     i = 0
     while (i < n_dp) | (it < end):  # one work item a step (one copy of the K loop in the kernel)
         t, p0, p1, i, it = sk_item(i, it, end, n_dp, pid, G, DP, NP)
         acc = _tile_acc(x_ptr, w_ptr, ws_ptr, x_s, w_s, s_s, M, N, K, stride_xm, stride_wn, stride_sn, t // n_m,
                         t % n_m, 2 * p0, 2 * p1, BM, BN, BLOCK_K, STAGES, NW, W_SMEM, TILED, BITS)
-        y = gl.convert_layout(acc, oL)
-        if (p0 == 0) & (p1 == NP):
-            gg._store_out(y, (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr, res_ptr,
-                          out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
-        else:  # (sk_store's two cases, kept inline here: this kernel's measured sm_90 code)
-            gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN) + offs, y)
-            if FIX:
-                sk_fixup(t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
-                         stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
+                 stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        if FIX:
+            if (p0 != 0) | (p1 != NP):  # a part: stored by sk_store
+                sk_fixup(acc, t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                         stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
 
 
 WGMMA_GRID = ("cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M)", "SPLIT_K", "1")
@@ -602,9 +608,29 @@ def sk_counter_buffer(n: int, device) -> torch.Tensor:
     return _COUNTERS[key]
 
 
+def sk_items(G: int, DP: int, tiles: int, NP: int) -> list[list[tuple[int, int, int]]]:
+    """The host's model of each persistent program's work items (tile, first pair, end pair), as sk_walk and sk_item
+    walk them: data-parallel tiles pid, pid + G, ... < DP whole, then its stream-K range of the rest's block pairs
+    (NP a tile). For tests and tools (tools/dev/nvfp4_rs_sk_trace labels its time stamps with it)."""
+    T = (tiles - DP) * NP
+    Gs = max(1, min(G, T))  # the stream-K programs (every range non-empty)
+    out = []
+    for pid in range(G):
+        items = [(t, 0, NP) for t in range(pid, DP, G)]
+        it, end = min(pid, Gs) * T // Gs, min(pid + 1, Gs) * T // Gs
+        while it < end:
+            u = it // NP
+            p0 = it - u * NP
+            p1 = min(NP, p0 + end - it)
+            items.append((DP + u, p0, p1))
+            it += p1 - p0
+        out.append(items)
+    return out
+
+
 def sk_partials_shape(config: dict) -> tuple[int, int, int, int]:
-    """The stream-K parts' workspace: [SK programs, 2, BLOCK_M, BLOCK_N] fp32."""
-    return config["SK"], 2, config["BLOCK_M"], config["BLOCK_N"]
+    """The stream-K parts' workspace: [SK programs, 2, BLOCK_N, BLOCK_M] fp32 (m contiguous: sk_store)."""
+    return config["SK"], 2, config["BLOCK_N"], config["BLOCK_M"]
 
 
 def launch_nvfp4_gemm_wgmma_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,

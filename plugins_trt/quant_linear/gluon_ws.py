@@ -417,13 +417,13 @@ def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_pt
         _release(empty.index((g + S - 1) % S), True, TA)  # the item's last block: its wgmma has completed
         if TRACE:
             _trace(tp, j, 1)
-        gm.sk_store(gl.convert_layout(acc, oL), t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr,
-                    out_ptr, stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        gm.sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
+                    stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
         if TRACE:
             _trace(tp, j, 2)
         if FIX:
             if (p0 != 0) | (p1 != NP):  # a part: stored by sk_store
-                gm.sk_fixup(t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                gm.sk_fixup(acc, t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                             stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
         if TRACE:
             _trace(tp, j, 3)

@@ -576,7 +576,7 @@ def sk_reduce_kernel(part_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, DP,
                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PDL: tl.constexpr = False):
     """The stream-K part of gluon_gemm.nvfp4_gemm_wgmma_sk_kernel (without FIX): output tile DP + program_id(0),
     columns program_id(1) * ROWS .. + ROWS of its BLOCK_N: the sum of the raw parts the programs left in part_ptr
-    [G, 2, BLOCK_M, BLOCK_N] fp32, in program order, times 2^8 weight_scale_2 (+ bias) (+ residual), stored as bf16.
+    [G, 2, BLOCK_N, BLOCK_M] fp32 (gluon_gemm.sk_store), in program order, times 2^8 weight_scale_2 (+ bias) (+ residual), stored as bf16.
     A tile that one program covered whole was stored by it: nothing to do. Grid (tiles - DP, BLOCK_N / ROWS, 1)."""
     _pdl_enter(PDL)
     n_m = tl.cdiv(M, BLOCK_M)
@@ -590,7 +590,7 @@ def sk_reduce_kernel(part_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, DP,
     offs_m = tl.arange(0, BLOCK_M)
     t = DP + u
     offs_n = (t // n_m) * BLOCK_N + tl.program_id(1) * ROWS + tl.arange(0, ROWS)
-    local = offs_m[:, None] * BLOCK_N + tl.program_id(1) * ROWS + tl.arange(0, ROWS)[None, :]
+    local = offs_m[:, None] + (tl.program_id(1) * ROWS + tl.arange(0, ROWS))[None, :] * BLOCK_M  # [n, m] parts
     shared = c_first < c_last
     y = tl.load(part_ptr + (c_first * 2 + 1) * (BLOCK_M * BLOCK_N) + local, mask=shared, other=0.0)
     for c in range(c_first + 1, c_last + 1):  # their parts start inside the tile: slot 0

@@ -318,23 +318,13 @@ def emulate_wgmma_sk(x, w, ws2, config, M, N, K, out, part):
     """What gluon_gemm.nvfp4_gemm_wgmma_sk_kernel (without FIX) leaves behind, computed with torch (w: the weight
     without its global scale 256 ws2 [N]): each program's walk (data-parallel tiles, then its stream-K range of block
     pairs), whole tiles scaled and stored to out, raw parts to part[pid, slot]. Returns (G, DP)."""
-    from atlas.plugins_trt.quant_linear.gluon_gemm import sk_dp_tiles
+    from atlas.plugins_trt.quant_linear.gluon_gemm import sk_dp_tiles, sk_items
 
     G, BM, BN, BK = config["SK"], config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     n_m = -(-M // BM)
     NP = K // (2 * BK)
     DP = sk_dp_tiles(config, M, N)
-    T = (-(-N // BN) * n_m - DP) * NP
-    for pid in range(G):
-        items = [(t, 0, NP) for t in range(pid, DP, G)]
-        Gs = max(1, min(G, T))  # the stream-K programs (every range non-empty)
-        it, end = min(pid, Gs) * T // Gs, min(pid + 1, Gs) * T // Gs
-        while it < end:
-            u = it // NP
-            p0 = it - u * NP
-            p1 = min(NP, p0 + end - it)
-            items.append((DP + u, p0, p1))
-            it += p1 - p0
+    for pid, items in enumerate(sk_items(G, DP, -(-N // BN) * n_m, NP)):
         for t, p0, p1 in items:
             n0, m0 = (t // n_m) * BN, (t % n_m) * BM
             k0, k1 = 2 * BK * p0, 2 * BK * p1
@@ -345,7 +335,7 @@ def emulate_wgmma_sk(x, w, ws2, config, M, N, K, out, part):
                 out[m0:m0 + BM, n0:n0 + BN] = (acc[: xs.shape[0], : wsl.shape[0]]
                                                * (256 * ws2[n0:n0 + BN])).to(out.dtype)
             else:
-                part[pid, int(p0 == 0)] = acc
+                part[pid, int(p0 == 0)] = acc.T  # [BN, BM]: m contiguous (gluon_gemm.sk_store)
     return G, DP
 
 

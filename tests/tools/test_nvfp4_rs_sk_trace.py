@@ -1,27 +1,28 @@
-"""tools/dev/nvfp4_rs_sk_trace: its Python walk of the stream-K work must be the kernel's, or its per-item time line
-labels the wrong pairs; and TRACE must compile into the RS-SK kernel's stamps (on the CPU, sm_90)."""
+"""gluon_gemm.sk_items (the host's model of the stream-K walk, which tools/dev/nvfp4_rs_sk_trace labels its time
+line with and the reduction's emulation uses) must agree with the kernels' owner formula; and TRACE must compile into
+the RS-SK kernel's stamps (on the CPU, sm_90)."""
 import random
 
 from atlas.plugins_trt.quant_linear import gluon_gemm as gm
-from atlas.tools.dev.nvfp4_rs_sk_trace import walk
 
 
 def test_walk_covers_every_pair_once_and_matches_the_kernels_owners():
     rng = random.Random(0)
     for _ in range(300):
         tiles, NP, G = rng.randint(1, 200), rng.randint(1, 70), rng.randint(1, 140)
+        DP = rng.choice([0, (tiles // G) * G, max(0, tiles // G - 1) * G])
         seen = {}
-        for pid, items in enumerate(walk(tiles, NP, G)):
+        for pid, items in enumerate(gm.sk_items(G, DP, tiles, NP)):
             for u, p0, p1 in items:
                 assert 0 <= p0 < p1 <= NP
                 for p in range(p0, p1):
                     assert (u, p) not in seen
                     seen[(u, p)] = pid
         assert len(seen) == tiles * NP
-        T = tiles * NP
+        T = (tiles - DP) * NP
         Gs = max(min(G, T), 1)
-        for u in range(tiles):  # sk_reduce_kernel / sk_fixup find a tile's programs by this formula
-            assert gm.sk_owners.fn(u, NP, T, Gs) == (seen[(u, 0)], seen[(u, NP - 1)])
+        for u in range(tiles - DP):  # sk_reduce_kernel / sk_fixup find a tile's programs by this formula
+            assert gm.sk_owners.fn(u, NP, T, Gs) == (seen[(DP + u, 0)], seen[(DP + u, NP - 1)])
 
 
 def test_trace_compiles_to_clock_stamps():

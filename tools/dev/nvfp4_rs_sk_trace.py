@@ -4,7 +4,8 @@ tools/results/nvfp4_rs_sk_parts_h100.json: on 8B qkv at M 256, 132 programs (11.
 96 (16 pairs each, one whole tile), while on 27B down the time falls with the program count. So something costs
 several microseconds a work item. TRACE has every program stamp %clock64 at each item's start, after its last wgmma,
 after its store and after FIX (and %globaltimer at its start and end); this prints, per config, the medians over
-programs of each phase and of the gaps, beside each item's block pairs (the walk of gluon_gemm.sk_walk, redone here).
+programs of each phase and of the gaps, beside each item's block pairs (gluon_gemm.sk_items, the host's model of the
+walk).
 
     python -m atlas.tools.dev.nvfp4_rs_sk_trace   # $OUT/nvfp4_rs_sk_trace.json
 """
@@ -15,27 +16,10 @@ import statistics
 SHAPE = "llama-3.1-8b.qkv"
 
 
-def walk(tiles: int, NP: int, G: int) -> list[list[tuple[int, int, int]]]:
-    """Each program's items (tile, first pair, end pair) with no data-parallel tiles (sk_walk / sk_item, DP 0)."""
-    T = tiles * NP
-    Gs = max(min(G, T), 1)
-    out = []
-    for pid in range(G):
-        it, end = min(pid, Gs) * T // Gs, min(pid + 1, Gs) * T // Gs
-        items = []
-        while it < end:
-            u = it // NP
-            p0 = it - u * NP
-            p1 = min(NP, p0 + end - it)
-            items.append((u, p0, p1))
-            it += p1 - p0
-        out.append(items)
-    return out
-
-
 def main(m: int = 256) -> list[dict]:
     import torch
 
+    from atlas.plugins_trt.quant_linear import gluon_gemm as gm
     from atlas.plugins_trt.quant_linear import gluon_ws as W
     from atlas.plugins_trt.quant_linear import triton_gemm as GM
     from atlas.tools.bench_gemm import SHAPES as ALL, rel
@@ -57,7 +41,7 @@ def main(m: int = 256) -> list[dict]:
             torch.cuda.synchronize()
             err = rel(out, case["ref"])
             tr = part[nparts:].view(torch.int64).view(g, row_len).cpu().tolist()
-            items = walk(-(-n // cfg["BLOCK_N"]) * -(-m // cfg["BLOCK_M"]), k // (2 * cfg["BLOCK_K"]), g)
+            items = gm.sk_items(g, 0, -(-n // cfg["BLOCK_N"]) * -(-m // cfg["BLOCK_M"]), k // (2 * cfg["BLOCK_K"]))
             t0 = min(r[0] for r in tr)
             progs = []
             for pid, r in enumerate(tr):
