@@ -393,7 +393,7 @@ def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_pt
     oL: gl.constexpr = gm.out_layout(BN, NW)
     pid, G, n_dp, it, end, NP, n_m = gm.sk_walk(M, N, K, DP, BM, BN, BK)
     if TRACE:
-        tp = part_ptr.to(gl.pointer_type(gl.int64)) + G * (BM * BN) + pid * TRACE_ROW  # [G, 2, BM, BN] fp32 first
+        tp = part_ptr.to(gl.pointer_type(gl.int64)) + G * (BM * BN) + pid * TRACE_ROW  # [G, 2, BN, BM] fp32 first
         gl.store(tp, _timer("globaltimer"))
         gl.store(tp + TRACE_ROW - 2, _timer("clock64"))
     if PDL:

@@ -334,7 +334,6 @@ run): 8B qkv 33.3 -> 31.6 us at 128 x 128 x 128 and 34.2 -> 32.0 at 256 x 64 x 6
 on the 8B lm_head (several waves of tiles), so candidates beside the plain launches."""
 CONFIGS_nvfp4_ws_rs_sk = [{**{k: v for k, v in CONFIGS_nvfp4_ws_rs[i].items() if k != "SPLIT_K"},
                            "SK_PER_SM": 1, "DP": 1} for i in (0, 2)]
-CONFIGS_nvfp4_ws_rs_sk += [{**c, "FIX": True, "PDL": True} for c in CONFIGS_nvfp4_ws_rs_sk]
 CONFIGS_nvfp4_ws_ks = [
     {"WS": True, "RS": True, "KS": 2, "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 4, "num_warps": 4,
      "num_stages": 1, "DW": 4, "DREGS": 56, "KREGS": 224, "SPLIT_K": sk}
@@ -358,8 +357,11 @@ CONFIGS_nvfp4_ws_rs_sk: RS on the persistent stream-K grid (gluon_ws.nvfp4_gemm_
 whole waves of tiles data-parallel, the rest by stream-K, the shared tiles summed by sk_reduce_kernel). H100
 (tools/results/nvfp4_wgmma_ws_rssk_h100.json, M 256, same run): 27B gate_up 168.6 us against 194.2 (RS) and 194.7
 (shipped), 27B down 106.7 against 125.3 (shipped split-K 4), 8B down 76.5 against 80.1; slower on 8B qkv (43.5
-against 35.8 RS). The last two: FIX (the shared tiles summed inside, no reduction launch) and PDL, since the parts
-are stored in the accumulator's layout (NOTES, 2026-12-06 sixth session: the [m, n] parts took ~3 us each)."""
+against 35.8 RS)."""
+CONFIGS_nvfp4_ws_rs_sk_fix = [{**c, "FIX": True, "PDL": True} for c in CONFIGS_nvfp4_ws_rs_sk]
+"""RS-SK with FIX (the shared tiles summed inside, no reduction launch) and PDL: correct and GPU-tested through
+CudaLinear (sk_engine), not a build candidate: the benchmark picked it nowhere on the H100 (gemm_h100.json,
+2026-12-06), its sums cost ~10 us at 132 programs on 8B qkv (NOTES, sixth session)."""
 CONFIGS_nvfp4_ws_xp = [{**CONFIGS_nvfp4_ws_rs[0], "XP": True, "DREGS": 96},
                        {**CONFIGS_nvfp4_ws_rs[2], "XP": True, "DREGS": 152}]
 """RS with XP: x as given, put in the decode's k order by the loader's 4-byte copies (no permute_k launch; the loader

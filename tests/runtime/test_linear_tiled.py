@@ -45,7 +45,7 @@ def sk_engine(tmp_path_factory):
     red = GM.CONFIGS_nvfp4_wgmma_sk[0]
     fix = {**red, "FIX": True}
     rs = next(c for c in GM.CONFIGS_nvfp4_ws_rs_sk if c["BLOCK_K"] == 128)
-    rs_fix = {**rs, "FIX": True, "PDL": True}
+    rs_fix = next(c for c in GM.CONFIGS_nvfp4_ws_rs_sk_fix if c["BLOCK_K"] == 128)
     tile = next(c for c in GM.CONFIGS_nvfp4_gemm if c.get("DEQUANT") and c.get("PACK"))
     mp = pytest.MonkeyPatch()
     engines = []
