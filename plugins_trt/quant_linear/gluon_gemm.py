@@ -359,6 +359,43 @@ def sk_fixup(acc, t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr,
 
 
 @gluon.jit
+def sk_finish_own(acc, t, p0, p1, NP, n_m, pid, DP, G, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                  stride_rm, stride_om, BM: gl.constexpr, BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr,
+                  HAS_RESIDUAL: gl.constexpr):
+    """A persistent program's work item done, FIX 2 (a fixed owner; gluon_ws.nvfp4_gemm_rs_sk_kernel): a whole tile
+    stored (sk_store); a shared tile's other programs store their part (slot 0: each starts inside the tile), then one
+    release-add on the tile's counter; its owner, the program holding the tile's first pair (sk_owners' c_first, which
+    reaches it at the end of its range, after the others), waits for the count, adds their parts to its own
+    accumulator in program order (deterministic, as sk_fixup's sum), stores the tile and zeroes the counter. No part
+    of the owner's is written, and nothing waits but the owner: every program is resident (one an SM, G <= SMs)."""
+    if (p0 == 0) & (p1 == NP):
+        sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
+                 stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+    else:
+        offs = _part_offsets(acc, BN, BM)
+        u = t - DP
+        if p0 == 0:  # the owner
+            T = (gl.cdiv(N, BN) * n_m - DP) * NP
+            c_first, c_last = sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
+            seen = gl.atomic_add(cnt_ptr + u, 0, sem="acquire", scope="gpu")
+            while seen < c_last - c_first:
+                seen = gl.atomic_add(cnt_ptr + u, 0, sem="acquire", scope="gpu")
+            _fence()
+            for cc in range(c_first + 1, c_last + 1):
+                acc += gl.load(part_ptr + (cc * 2) * (BM * BN) + offs, cache_modifier=".cg")
+            on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+            om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+            gg._store_out(gl.convert_layout(acc, oL), (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr,
+                          bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+            gl.store(cnt_ptr + u, 0)
+        else:
+            gl.store(part_ptr + (pid * 2) * (BM * BN) + offs, acc)
+            _fence()
+            gl.thread_barrier()
+            gl.atomic_add(cnt_ptr + u, 1, sem="release", scope="gpu")
+
+
+@gluon.jit
 def nvfp4_gemm_wgmma_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr,
                                M, N, K, DP, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,

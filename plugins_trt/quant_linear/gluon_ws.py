@@ -379,12 +379,13 @@ def _sk_loader(w_ptr, ws_ptr, x_ptr, w_s, s_s, x_s, ready, empty, M, N, K, DP, s
 def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, cnt_ptr, M, N, K, DP,
                  stride_rm, stride_om, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, S: gl.constexpr,
                  NW: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, BITS: gl.constexpr,
-                 TA: gl.constexpr = False, FIX: gl.constexpr = False, PDL: gl.constexpr = False,
+                 TA: gl.constexpr = False, FIX: gl.constexpr = 0, PDL: gl.constexpr = False,
                  TRACE: gl.constexpr = False):
     """The RS consumers over a persistent program's work items: each item's blocks through _rs_step (its first
     block releases nothing: the item before released its last one after its final wait), then the item's epilogue
-    here (gluon_gemm.sk_store: a whole tile stored, a part to part_ptr for sk_reduce_kernel, or with FIX summed by
-    the program that completes the tile's counter: gluon_gemm.sk_fixup). PDL: they wait for the kernel before
+    here (gluon_gemm.sk_store: a whole tile stored, a part to part_ptr for sk_reduce_kernel, or with FIX 1 summed by
+    the program that completes the tile's counter: gluon_gemm.sk_fixup; FIX 2: by the tile's owner, which waits for
+    the others' parts: gluon_gemm.sk_finish_own). PDL: they wait for the kernel before
     (whose output the residual may be) before their first block. TRACE (experiments only: tools/dev/nvfp4_rs_sk_trace)
     writes time stamps after the parts in part_ptr: int64 row pid of TRACE_ROW, globaltimer at the start and the end,
     then per item (up to TRACE_ITEMS) %clock64 at its start, after its last wgmma, after its store and after FIX, and
@@ -417,11 +418,15 @@ def _sk_consumer(w_s, s_s, x_s, ready, empty, ws2_ptr, bias_ptr, res_ptr, out_pt
         _release(empty.index((g + S - 1) % S), True, TA)  # the item's last block: its wgmma has completed
         if TRACE:
             _trace(tp, j, 1)
-        gm.sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
-                    stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        if FIX == 2:
+            gm.sk_finish_own(acc, t, p0, p1, NP, n_m, pid, DP, G, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr,
+                             out_ptr, stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        else:
+            gm.sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
+                        stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
         if TRACE:
             _trace(tp, j, 2)
-        if FIX:
+        if FIX == 1:
             if (p0 != 0) | (p1 != NP):  # a part: stored by sk_store
                 gm.sk_fixup(acc, t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                             stride_rm, stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
@@ -462,11 +467,11 @@ def nvfp4_gemm_rs_sk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, ou
                             STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
                             TILED: gl.constexpr = False, BITS: gl.constexpr = False, DW: gl.constexpr = 4,
                             DREGS: gl.constexpr = 64, XP: gl.constexpr = False, TA: gl.constexpr = False,
-                            FIX: gl.constexpr = False, PDL: gl.constexpr = False, TRACE: gl.constexpr = False):
+                            FIX: gl.constexpr = 0, PDL: gl.constexpr = False, TRACE: gl.constexpr = False):
     """RS (nvfp4_gemm_ws_kernel's consumers and loader) on gluon_gemm.nvfp4_gemm_wgmma_sk_kernel's persistent grid and
     work walk: G programs, the first DP tiles whole, the rest as equal ranges of block pairs; the parts of shared
-    tiles go to part_ptr for triton_gemv.sk_reduce_kernel, or with FIX the program that completes a tile's counter
-    (cnt_ptr, zero before and after) sums them. The ring runs on across a program's items; each item's epilogue is in
+    tiles go to part_ptr for triton_gemv.sk_reduce_kernel, or with FIX 1 the program that completes a tile's counter
+    (cnt_ptr, zero before and after) sums them, with FIX 2 the tile's owner (_sk_consumer). The ring runs on across a program's items; each item's epilogue is in
     the consumer partition. x k-permuted (permute_k) unless XP; K % (2 BLOCK_K) == 0. PDL: compiled for
     programmatic dependent launch after permute_k (both partitions wait for it before touching x or the residual).
     TRACE: time stamps after the parts (_sk_consumer; experiments only, part_ptr then needs G TRACE_ROW int64 more)."""
@@ -496,7 +501,7 @@ def rs_sk_constexprs(config: dict, has_bias: bool = False, has_residual: bool = 
             "STAGES": config["STAGES"], "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual,
             "TILED": bool(config.get("TILED")), "BITS": bool(config.get("BITS")), "DW": config.get("DW", 4),
             "DREGS": config.get("DREGS", 64), "XP": bool(config.get("XP")), "TA": bool(config.get("TA")),
-            "FIX": bool(config.get("FIX")), "PDL": bool(config.get("PDL")), "TRACE": bool(config.get("TRACE"))}
+            "FIX": int(config.get("FIX", 0)), "PDL": bool(config.get("PDL")), "TRACE": bool(config.get("TRACE"))}
 
 
 def signature_nvfp4_gemm_rs_sk(config: dict, N: int, K: int, has_bias: bool = False, has_residual: bool = False):

@@ -23,6 +23,14 @@ def test_walk_covers_every_pair_once_and_matches_the_kernels_owners():
         Gs = max(min(G, T), 1)
         for u in range(tiles - DP):  # sk_reduce_kernel / sk_fixup find a tile's programs by this formula
             assert gm.sk_owners.fn(u, NP, T, Gs) == (seen[(DP + u, 0)], seen[(DP + u, NP - 1)])
+        # FIX 2 (sk_finish_own): a shared tile's owner, c_first, waits for c_last - c_first parts, one from each later
+        # program; no program has two items that start inside a tile (its slot 0 holds one part only)
+        items = gm.sk_items(G, DP, tiles, NP)
+        for u in range(tiles - DP):
+            c_first, c_last = gm.sk_owners.fn(u, NP, T, Gs)
+            others = [c for c in range(G) for it in items[c] if it[0] == DP + u and it[1] > 0]
+            assert others == list(range(c_first + 1, c_last + 1))
+        assert all(sum(it[1] > 0 for it in its) <= 1 for its in items)
 
 
 def test_trace_compiles_to_clock_stamps():

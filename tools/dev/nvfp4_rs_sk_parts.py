@@ -5,8 +5,8 @@ itself (NOTES, 2026-12-06, sixth session). RS on the persistent stream-K grid (g
 the plain RS tile there (H100, 43.5 against 35.8 us), and nothing said whether the kernel or its reduction launch
 (sk_reduce_kernel) carried the loss. This times, beside the shipped config and cuBLAS BF16 on random bf16 weights,
 RS-SK at several program counts: whole (x permutation, kernel, reduction), without the reduction launch (its output
-then wrong on the shared tiles, so only the whole forms are checked against the fp32 reference), with FIX (no
-reduction launch: the parts summed inside) and with FIX and PDL. Replays
+then wrong on the shared tiles, so only the whole forms are checked against the fp32 reference), with FIX or
+FIX 2 (no reduction launch: the parts summed inside; VARIANTS). Replays
 interleaved (timing.paired_graph_times) over rotated weight copies.
 
     python -m atlas.tools.dev.nvfp4_rs_sk_parts   # $OUT/nvfp4_rs_sk_parts.json
@@ -17,10 +17,12 @@ import json
 from pathlib import Path
 
 SHAPES = ("llama-3.1-8b.qkv", "qwen3.5-27b.down")
-PROGRAMS = (96, 112, 124, 132)
-VARIANTS = {"": {}, "_fix": {"FIX": True}, "_fix_pdl": {"FIX": True, "PDL": True}}
+PROGRAMS = (96, 132)
+VARIANTS = {"": {}, "_fix_pdl": {"FIX": True, "PDL": True}, "_own_pdl": {"FIX": 2, "PDL": True}}
 """The reduction launch (timed also without it), FIX (the program completing a tile's count sums its parts:
-gluon_gemm.sk_fixup), FIX with programmatic dependent launch after permute_k."""
+gluon_gemm.sk_fixup) and FIX 2 (the tile's owner waits for the others' parts: gluon_gemm.sk_finish_own), both with
+programmatic dependent launch after permute_k. (The first runs also had 112 and 124 programs and FIX without PDL:
+tools/results/nvfp4_rs_sk_parts_mn_h100.json.)"""
 
 
 def main(m: int = 256) -> list[dict]:

@@ -32,8 +32,10 @@ def main(m: int = 256) -> list[dict]:
     row_len = W.TRACE_ROW.value
     rows = []
     for g in (96, 132):
-        for fix in (False, True):
-            cfg = {**base, "SK": g, "DP": 0, "TILED": True, "BITS": True, "TRACE": True, **({"FIX": True} if fix else {})}
+        for fix in (0, 1, 2):
+            if g < 132 and fix == 2:
+                continue
+            cfg = {**base, "SK": g, "DP": 0, "TILED": True, "BITS": True, "TRACE": True, **({"FIX": fix} if fix else {})}
             nparts = g * 2 * cfg["BLOCK_M"] * cfg["BLOCK_N"]
             part = torch.zeros(nparts + g * row_len * 2, dtype=torch.float32, device="cuda")
             for _ in range(5):  # warm, then the last launch's stamps
@@ -57,7 +59,7 @@ def main(m: int = 256) -> list[dict]:
                     prev = s[3]
                 progs.append({"pid": pid, "start_us": (r[0] - t0) / 1e3, "end_us": (r[1] - t0) / 1e3, "ghz": ghz,
                               "tail_us": (r[row_len - 1] - prev) / ghz / 1e3, "items": its})
-            name = f"sk{g}" + ("_fix" if fix else "_noreduce")
+            name = f"sk{g}" + ("_noreduce", "_fix", "_own")[fix]
             med = {key: statistics.median(it[key] for p in progs for it in p["items"])
                    for key in ("gap_us", "compute_us", "store_us", "fix_us")}
             per_pair = statistics.median(it["compute_us"] / it["pairs"] for p in progs for it in p["items"])
