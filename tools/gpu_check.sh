@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -297,6 +297,12 @@ if [ "$what" = permwords ]; then  # the word-transposing x permutation: its GPU 
         -k permute 2>&1 | tee "$out/pytest_permwords_gpu.log" | tail -3
     timeout 120 python3 -m atlas.tools.dev.permute_k 2>&1 | tee "$out/permute_k_words.log" | grep -a "M=\|Error"
     bash "$0" noperm
+fi
+if [ "$what" = xclamp ]; then  # XCLAMP beside the shipped GEMV configs (M 4 / 8 / 16), then its GPU test
+    timeout ${XCLAMP_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_xclamp 2>&1 | tee "$out/nvfp4_xclamp.log" \
+        | grep -a " M=\|Error" | tail -20
+    timeout ${XCLAMP_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        -k xclamp 2>&1 | tee "$out/pytest_xclamp_gpu.log" | tail -3
 fi
 if [ "$what" = rssktrace ]; then  # a per-program time line of RS on the stream-K grid (8B qkv, M 256)
     timeout ${RSSK_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_rs_sk_trace 2>&1 | tee "$out/nvfp4_rs_sk_trace.log" \

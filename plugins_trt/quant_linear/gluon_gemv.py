@@ -380,7 +380,8 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
                           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                           PDL: gl.constexpr = False, TILED: gl.constexpr = False,
                           XSMEM: gl.constexpr = 0, UNROLL: gl.constexpr = 1, PRE: gl.constexpr = 0,
-                          BITS: gl.constexpr = False, STAGE: gl.constexpr = 0, WAIT_LATE: gl.constexpr = False):
+                          BITS: gl.constexpr = False, STAGE: gl.constexpr = 0, WAIT_LATE: gl.constexpr = False,
+                          XCLAMP: gl.constexpr = False):
     """Drop-in for triton_gemv.nvfp4_gemv_kernel (same parameters, grid (cdiv(N, BLOCK_N), SPLIT_K, 1), same
     outputs); K % BLOCK_K == 0, BLOCK_K in 64 / 128 / 256, BLOCK_N a multiple of 16 x num_warps. PIPE 2: the next
     block's loads are issued before this block's math (registers two deep); PIPE >= 3: cp.async through PIPE
@@ -393,7 +394,10 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
     split), so that they stream during the kernel before. STAGE S (PIPE 1, no XSMEM, UNROLL or PRE): the first S
     blocks' weights copied into shared memory before the PDL wait (`_staged`), the rest in the plain loop. WAIT_LATE
     (PIPE 1, no XSMEM or STAGE): a timing probe, the PDL wait moved to the store (x read early; wrong where x is the
-    previous kernel's output), never a build candidate."""
+    previous kernel's output), never a build candidate. XCLAMP (PIPE 1, no XSMEM or STAGE): the x rows past M read
+    as copies of row M - 1 (their outputs are never stored) instead of masked to zero, so the x loads carry no row
+    mask and no zeroing of their registers (CS2R, 1.3 of the ~27 instructions a word of 8 weights at M 16:
+    tools/results/sass_mix.txt)."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BK: gl.constexpr = BLOCK_K
@@ -419,8 +423,14 @@ def nvfp4_gemv_mma_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_
         wstep = KW
         sstep = BK // 16
     xm = gl.arange(0, MP, layout=gl.SliceLayout(1, xL))
-    x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
-    xmask = (xm < M)[:, None]
+    if XCLAMP:
+        gl.static_assert(PIPE == 1 and XSMEM == 0 and STAGE == 0)
+        x_rows = x_ptr + gl.minimum(xm, M - 1)[:, None] * stride_xm \
+            + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
+        xmask = gl.full([MP, 1], 1, gl.int1, layout=xL)  # a constant: the loads lose their row mask
+    else:
+        x_rows = x_ptr + xm[:, None] * stride_xm + gl.arange(0, BK, layout=gl.SliceLayout(0, xL))[None, :]
+        xmask = (xm < M)[:, None]
     acc = gl.zeros([BN, MP], gl.float32, layout=mma)
     gl.static_assert(STAGE == 0 or (PIPE == 1 and XSMEM == 0))  # _staged holds the PDL wait of the plain loop only
     gl.static_assert(not WAIT_LATE or (PIPE == 1 and XSMEM == 0 and STAGE == 0))

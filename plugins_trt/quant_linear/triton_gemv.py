@@ -794,6 +794,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["STAGE"] = config["STAGE"]
     if config.get("WAIT_LATE"):  # a timing probe of the Gluon GEMV (the PDL wait moved to the store), never built
         cx["WAIT_LATE"] = True
+    if config.get("XCLAMP"):  # the Gluon GEMV's x rows past M clamped instead of masked
+        cx["XCLAMP"] = True
     if config.get("WK"):  # gluon_gemv.nvfp4_gemv_wk_kernel: the K range over WK groups of a program's warps
         cx["WK"] = config["WK"]
     return cx

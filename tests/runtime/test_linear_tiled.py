@@ -539,6 +539,26 @@ def test_tiled_gemm_gpu(config):
     assert err < 1e-2, err
 
 
+_XC = [c for c in _GEMV if c.get("GLUON") and c.get("PIPE", 1) == 1 and not (c.get("XSMEM") or c.get("STAGE"))]
+_XCLAMP = [c for c in _XC if c["BLOCK_M"] == 16] + [next(c for c in _XC if c["BLOCK_M"] == 4)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _XCLAMP, ids=_ids(_XCLAMP))
+def test_xclamp_gemv_gpu(config):
+    """XCLAMP (the x rows past M clamped, not masked) gives the masked form's outputs bit for bit, at a partial and a
+    full bucket, with PDL; past M nothing is written (output poisoned first)."""
+    n, k = 6144, 4096
+    g, w, ws, ws2, _ = nvfp4_tiled_weight(n, k, bool(config.get("BITS")))
+    for m in sorted({config["BLOCK_M"] // 2 + 1, config["BLOCK_M"]}):
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        want = GV.launch_nvfp4_gemv(x, w, ws, ws2, config, pdl=True)
+        out = torch.full((m + 1, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        got = GV.launch_nvfp4_gemv(x, w, ws, ws2, {**config, "XCLAMP": True}, out=out[:m], pdl=True)
+        assert torch.equal(got, want), m
+        assert out[m].isnan().all()
+
+
 _WK = [c for b in (1, 8, 16) for c in wk_configs(b, 6144, 4096)]
 
 

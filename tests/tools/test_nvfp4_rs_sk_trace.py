@@ -3,6 +3,8 @@ line with and the reduction's emulation uses) must agree with the kernels' owner
 the RS-SK kernel's stamps (on the CPU, sm_90)."""
 import random
 
+from sm90 import run_compiled
+
 from atlas.plugins_trt.quant_linear import gluon_gemm as gm
 
 
@@ -34,13 +36,15 @@ def test_walk_covers_every_pair_once_and_matches_the_kernels_owners():
 
 
 def test_trace_compiles_to_clock_stamps():
-    from atlas.plugins_trt.quant_linear import gluon_ws as W
-    from atlas.plugins_trt.quant_linear import triton_gemm as GM
-    from atlas.plugins_trt.quant_linear import triton_gemv as GV
-
-    base = {k: v for k, v in GM.CONFIGS_nvfp4_ws_rs_sk[0].items() if k != "SK_PER_SM"}
-    ptx = {trace: GV.compile_aot(W.signature_nvfp4_gemm_rs_sk(
-        {**base, "SK": 132, "DP": 0, "TILED": True, "BITS": True, "FIX": True, "TRACE": trace}, 6144, 4096)).asm["ptx"]
-        for trace in (False, True)}
-    assert "%clock64" not in ptx[False] and "%globaltimer" not in ptx[False]
-    assert ptx[True].count("%globaltimer") == 2 and ptx[True].count("%clock64") == 6
+    out = run_compiled(r"""
+from atlas.plugins_trt.quant_linear import gluon_ws as W
+from atlas.plugins_trt.quant_linear import triton_gemm as GM
+from atlas.plugins_trt.quant_linear import triton_gemv as GV
+base = {k: v for k, v in GM.CONFIGS_nvfp4_ws_rs_sk[0].items() if k != "SK_PER_SM"}
+for trace in (0, 1):
+    ptx = GV.compile_aot(W.signature_nvfp4_gemm_rs_sk({**base, "SK": 132, "DP": 0, "TILED": True, "BITS": True,
+                                                       "FIX": 2, "TRACE": bool(trace)}, 6144, 4096)).asm["ptx"]
+    print("STAMPS", trace, ptx.count("%globaltimer"), ptx.count("%clock64"))
+""")
+    rows = {r[1]: (int(r[2]), int(r[3])) for r in (line.split() for line in out.splitlines()) if r[:1] == ["STAMPS"]}
+    assert rows["0"] == (0, 0) and rows["1"] == (2, 6), rows
