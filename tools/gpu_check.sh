@@ -300,7 +300,7 @@ if [ "$what" = permwords ]; then  # the word-transposing x permutation: its GPU 
 fi
 if [ "$what" = written ]; then  # everything written but not yet run (2026-12-06, sixth session), one call (~5 min):
     # the stream-K trace and sweep with FIX 2 (and the stream-K GPU tests), then XCLAMP's timing and GPU test
-    RSSK_TEST_TIMEOUT=${RSSK_TEST_TIMEOUT:-240} bash "$0" rssktrace
+    bash "$0" rssktrace
     bash "$0" rsskparts
     bash "$0" xclamp
 fi
