@@ -529,6 +529,9 @@ def launch_nvfp4_gemm_rs_sk(x: torch.Tensor, weight: torch.Tensor, weight_scale:
     N = weight.shape[0]
     if K % (2 * config["BLOCK_K"]):
         raise ValueError(f"the RS stream-K GEMM needs K % (2 BLOCK_K) == 0, got K = {K}, config {config}")
+    if config.get("FIX") == 2 and config["SK"] > torch.cuda.get_device_properties(x.device).multi_processor_count:
+        raise ValueError(f"FIX 2 needs every program resident (SK <= the SM count): its owners wait for the others' "
+                         f"parts; got SK = {config['SK']}")
     xp = x_operand(x, config)
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)

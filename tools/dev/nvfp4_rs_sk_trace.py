@@ -31,9 +31,10 @@ def main(m: int = 256) -> list[dict]:
     base = {kk: v for kk, v in GM.CONFIGS_nvfp4_ws_rs_sk[0].items() if kk != "SK_PER_SM"}
     row_len = W.TRACE_ROW.value
     rows = []
-    for g in (96, 132):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for g in (96, min(132, sms)):
         for fix in (0, 1, 2):
-            if g < 132 and fix == 2:
+            if g < sms and fix == 2:  # FIX 2 at the full grid only (one program an SM)
                 continue
             cfg = {**base, "SK": g, "DP": 0, "TILED": True, "BITS": True, "TRACE": True, **({"FIX": fix} if fix else {})}
             nparts = g * 2 * cfg["BLOCK_M"] * cfg["BLOCK_N"]
