@@ -315,6 +315,24 @@ def _part_offsets(acc, BN: gl.constexpr, BM: gl.constexpr):
 
 
 @gluon.jit
+def _store_tile(acc, t, n_m, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, BM: gl.constexpr,
+                BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+    """Output tile t (M tiles fastest) from a raw accumulator, through the epilogue layout oL (scale, bias,
+    residual)."""
+    on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+    om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
+    gg._store_out(gl.convert_layout(acc, oL), (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr, bias_ptr,
+                  res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
+@gluon.jit
+def _tile_owners(u, N, n_m, DP, NP, G, BN: gl.constexpr):
+    """sk_owners of stream-K tile u with sk_walk's pair count and range count."""
+    T = (gl.cdiv(N, BN) * n_m - DP) * NP
+    return sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
+
+
+@gluon.jit
 def sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
              BM: gl.constexpr, BN: gl.constexpr, oL: gl.constexpr, HAS_BIAS: gl.constexpr,
              HAS_RESIDUAL: gl.constexpr):
@@ -322,10 +340,8 @@ def sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, re
     the epilogue layout oL (scale, bias, residual), a part of one to part_ptr [G, 2, BN, BM] as it is: slot 0 for a
     part that starts inside the tile (the program's first), 1 for one that starts at its first pair (its last)."""
     if (p0 == 0) & (p1 == NP):
-        on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
-        om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
-        gg._store_out(gl.convert_layout(acc, oL), (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr,
-                      bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+        _store_tile(acc, t, n_m, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, BM, BN, oL,
+                    HAS_BIAS, HAS_RESIDUAL)
     else:
         gl.store(part_ptr + (pid * 2 + (p0 == 0).to(gl.int32)) * (BM * BN)
                  + _part_offsets(acc, BN, BM), acc)
@@ -344,17 +360,14 @@ def sk_fixup(acc, t, DP, NP, G, n_m, part_ptr, cnt_ptr, M, N, ws2_ptr, bias_ptr,
     gl.thread_barrier()
     u = t - DP
     old = gl.atomic_add(cnt_ptr + u, 1, sem="acq_rel", scope="gpu")
-    T = (gl.cdiv(N, BN) * n_m - DP) * NP  # sk_walk's pairs and ranges
-    c_first, c_last = sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
+    c_first, c_last = _tile_owners(u, N, n_m, DP, NP, G, BN)
     if old == c_last - c_first:  # every other part is in: sum them in program order (its own read back too:
         _fence()                  # holding acc beside the sum would spill)
         tot = gl.load(part_ptr + (c_first * 2 + 1) * (BM * BN) + offs, cache_modifier=".cg")
         for cc in range(c_first + 1, c_last + 1):
             tot += gl.load(part_ptr + (cc * 2) * (BM * BN) + offs, cache_modifier=".cg")
-        on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
-        om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
-        gg._store_out(gl.convert_layout(tot, oL), (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr,
-                      bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+        _store_tile(tot, t, n_m, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, BM, BN, oL,
+                    HAS_BIAS, HAS_RESIDUAL)
         gl.store(cnt_ptr + u, 0)
 
 
@@ -369,24 +382,21 @@ def sk_finish_own(acc, t, p0, p1, NP, n_m, pid, DP, G, part_ptr, cnt_ptr, M, N, 
     accumulator in program order (deterministic, as sk_fixup's sum), stores the tile and zeroes the counter. No part
     of the owner's is written, and nothing waits but the owner: every program is resident (one an SM, G <= SMs)."""
     if (p0 == 0) & (p1 == NP):
-        sk_store(acc, t, p0, p1, NP, n_m, pid, part_ptr, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm,
-                 stride_om, BM, BN, oL, HAS_BIAS, HAS_RESIDUAL)
+        _store_tile(acc, t, n_m, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, BM, BN, oL,
+                    HAS_BIAS, HAS_RESIDUAL)
     else:
         offs = _part_offsets(acc, BN, BM)
         u = t - DP
         if p0 == 0:  # the owner
-            T = (gl.cdiv(N, BN) * n_m - DP) * NP
-            c_first, c_last = sk_owners(u, NP, T, gl.maximum(gl.minimum(G, T), 1))
+            c_first, c_last = _tile_owners(u, N, n_m, DP, NP, G, BN)
             seen = gl.atomic_add(cnt_ptr + u, 0, sem="acquire", scope="gpu")
             while seen < c_last - c_first:
                 seen = gl.atomic_add(cnt_ptr + u, 0, sem="acquire", scope="gpu")
             _fence()
             for cc in range(c_first + 1, c_last + 1):
                 acc += gl.load(part_ptr + (cc * 2) * (BM * BN) + offs, cache_modifier=".cg")
-            on = gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
-            om = gl.arange(0, BM, layout=gl.SliceLayout(0, oL))
-            gg._store_out(gl.convert_layout(acc, oL), (t // n_m) * BN + on, (t % n_m) * BM + om, 0, M, N, ws2_ptr,
-                          bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+            _store_tile(acc, t, n_m, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, BM, BN, oL,
+                        HAS_BIAS, HAS_RESIDUAL)
             gl.store(cnt_ptr + u, 0)
         else:
             gl.store(part_ptr + (pid * 2) * (BM * BN) + offs, acc)

@@ -12,10 +12,6 @@ whole work overlaps the kernels before it, which a real layer (x the previous la
 """
 from __future__ import annotations
 
-import json
-
-from atlas.tools.dev.nvfp4_streamk import SHAPES
-
 GLUON = {"num_warps": 4, "num_stages": 1, "GLUON": True, "PIPE": 1, "TILED": True, "BITS": True}
 EXTRA = {  # (BLOCK_N, BLOCK_K, SPLIT_K, PRE) probed beside the shipped config, by bucket
     1: [(64, 256, 4, 4), (64, 256, 1, 0), (128, 128, 8, 4), (64, 128, 16, 0)],
@@ -39,22 +35,9 @@ def configs(shipped: dict, m: int, n: int, k: int) -> list[tuple[str, dict]]:
 
 
 def main() -> None:
-    import torch
+    from atlas.tools.dev.variants import nvfp4_gemv_sweep
 
-    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.tools.dev.variants import labelled_row, nvfp4_tiled_copies, sweep_start
-
-    out_dir, shipped, bw, res = sweep_start("nvfp4")
-    for name, (n, k) in SHAPES.items():
-        g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
-        for m in (1, 16):
-            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-            res["rows"].append(labelled_row(
-                name, n, k, m, nbytes + m * k * 2 + m * n * 2, configs(shipped[(name, m)], m, n, k),
-                lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), x.float() @ ref_w.T, copies, bw))
-            json.dump(res, open(f"{out_dir}/nvfp4_waitlate.json", "w"), indent=1)
-        del copies, ref_w
-        torch.cuda.empty_cache()
+    nvfp4_gemv_sweep("nvfp4_waitlate.json", (1, 16), configs)
 
 
 if __name__ == "__main__":

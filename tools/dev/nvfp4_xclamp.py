@@ -8,13 +8,9 @@ benchmark's PDL chain over rotated BITS weight copies, every output checked.
 """
 from __future__ import annotations
 
-import json
 
-from atlas.tools.dev.nvfp4_streamk import SHAPES
-
-
-def configs(shipped: dict) -> list[tuple[str, dict]]:
-    """(label, config): the shipped config, and its XCLAMP form where it has one."""
+def configs(shipped: dict, m: int = 0, n: int = 0, k: int = 0) -> list[tuple[str, dict]]:
+    """(label, config): the shipped config, and its XCLAMP form where it has one (the shape does not matter)."""
     out = [("shipped", shipped)]
     if shipped.get("GLUON") and shipped.get("PIPE", 1) == 1 and not (shipped.get("XSMEM") or shipped.get("STAGE")
                                                                      or shipped.get("WK")):
@@ -23,22 +19,9 @@ def configs(shipped: dict) -> list[tuple[str, dict]]:
 
 
 def main() -> None:
-    import torch
+    from atlas.tools.dev.variants import nvfp4_gemv_sweep
 
-    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
-    from atlas.tools.dev.variants import labelled_row, nvfp4_tiled_copies, sweep_start
-
-    out_dir, shipped, bw, res = sweep_start("nvfp4")
-    for name, (n, k) in SHAPES.items():
-        g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
-        for m in (4, 8, 16):
-            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-            res["rows"].append(labelled_row(
-                name, n, k, m, nbytes + m * k * 2 + m * n * 2, configs(shipped[(name, m)]),
-                lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), x.float() @ ref_w.T, copies, bw))
-            json.dump(res, open(f"{out_dir}/nvfp4_xclamp.json", "w"), indent=1)
-        del copies, ref_w
-        torch.cuda.empty_cache()
+    nvfp4_gemv_sweep("nvfp4_xclamp.json", (4, 8, 16), configs)
 
 
 if __name__ == "__main__":

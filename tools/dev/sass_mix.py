@@ -4,7 +4,7 @@ static SASS counts by opcode class, registers, spills and shared memory, per ker
     python -m atlas.tools.dev.sass_mix > tools/results/sass_mix.txt
 
 Kernels: the NVFP4 GEMV configs gemm_h100.json shipped for 8B qkv at M 16 / 8 / 1 (split GEMV, UNROLL 2 / PRE 4;
-WK), and permute_k_kernel beside permute_k_words_kernel (BK 128, K 4096).
+WK; the first two again with XCLAMP), and permute_k_kernel beside permute_k_words_kernel (BK 128, K 4096).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ GEMVS = {
     "8B qkv M 1 (WK 4, PRE 4)": {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4,
                                  "WK": 4, "PRE": 4, **_BASE},
 }
+GEMVS.update({f"{name[:-1]}, XCLAMP)": {**cfg, "XCLAMP": True} for name, cfg in list(GEMVS.items())[:2]})
 
 
 def opcode_mix(cubin: bytes) -> tuple[collections.Counter, str, int]:

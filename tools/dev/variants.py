@@ -189,6 +189,30 @@ def labelled_row(name: str, n: int, k: int, m: int, total: int, labelled: list[t
     return row
 
 
+def nvfp4_gemv_sweep(file_name: str, ms: tuple[int, ...], configs) -> None:
+    """A GEMV sweep beside the shipped NVFP4 configs: for each shape of nvfp4_streamk.SHAPES and M in ms, the
+    (label, config) pairs configs(shipped config, m, n, k) checked and timed (labelled_row) in the benchmark's PDL
+    chain over rotated BITS weight copies; the result file rewritten after each row ($OUT/file_name)."""
+    import json
+
+    import torch
+
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.tools.dev.nvfp4_streamk import SHAPES
+
+    out_dir, shipped, bw, res = sweep_start("nvfp4")
+    for name, (n, k) in SHAPES.items():
+        g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            res["rows"].append(labelled_row(
+                name, n, k, m, nbytes + m * k * 2 + m * n * 2, configs(shipped[(name, m)], m, n, k),
+                lambda cfg, qt: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True), x.float() @ ref_w.T, copies, bw))
+            json.dump(res, open(f"{out_dir}/{file_name}", "w"), indent=1)
+        del copies, ref_w
+        torch.cuda.empty_cache()
+
+
 def nvfp4_gemm_sweep(out_file: str, variants_for, tag, default_m: str = "256", extra=None) -> dict:
     """The GEMM sweeps beside the shipped configs (nvfp4_wgmma_sk, nvfp4_wgmma_ws). For every shape of --shapes
     (default: the benchmark's, tools/bench_gemm.SHAPES) and M of --m: tiled + BITS weights as GPU engines run them,
