@@ -1,0 +1,99 @@
+"""The block manager's bookkeeping and the paged KV reference write / read (runtime/kv_cache.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from atlas.runtime.block_manager import BlockManager, OutOfBlocks
+from atlas.runtime.kv_cache import FP8_MAX, KVCache, gather_kv, write_kv
+
+
+def _check_invariant(bm: BlockManager, ids) -> None:
+    owned = [b for s in ids for b in bm.block_table(s)]
+    assert len(owned) == len(set(owned)), "a block is owned twice"
+    assert len(owned) + bm.num_free == bm.num_blocks, "blocks lost or duplicated between owners and free list"
+    for s in ids:
+        assert len(bm.block_table(s)) == -(-bm.length(s) // bm.block_size)
+
+
+def test_random_walk_keeps_invariant():
+    rng = random.Random(0)
+    bm = BlockManager(num_blocks=40, block_size=8)
+    live: set[int] = set()
+    for step in range(400):
+        s = rng.randrange(6)
+        op = rng.random()
+        if op < 0.6:
+            n = rng.choice([1, 1, 3, 9, 17])
+            before = (bm.num_free, bm.length(s))
+            try:
+                slots = bm.extend(s, n)
+            except OutOfBlocks:
+                assert (bm.num_free, bm.length(s)) == before  # all or nothing
+                continue
+            live.add(s)
+            assert slots == bm.slots(s, bm.length(s) - n, n)
+        elif op < 0.8 and s in live and bm.length(s):
+            bm.truncate(s, rng.randrange(bm.length(s) + 1))
+        else:
+            bm.free(s)
+            live.discard(s)
+        _check_invariant(bm, range(6))
+
+
+def test_slots_follow_the_block_table():
+    bm = BlockManager(num_blocks=10, block_size=4)
+    bm.extend(0, 3)
+    bm.extend(1, 5)
+    bm.extend(0, 4)  # crosses into a second block taken after sequence 1's two
+    table = bm.block_table(0)
+    assert table == [0, 3]
+    assert bm.slots(0, 0, 7) == [0, 1, 2, 3, 12, 13, 14]
+    with pytest.raises(ValueError, match="not held"):
+        bm.slots(0, 5, 3)
+
+
+def test_out_of_blocks_says_what_is_short():
+    bm = BlockManager(num_blocks=2, block_size=16)
+    bm.extend(7, 20)
+    with pytest.raises(OutOfBlocks, match="needs 1 more KV blocks of 16 tokens, 0 are free"):
+        bm.extend(8, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn], ids=str)
+def test_write_then_gather_round_trips(dtype):
+    torch.manual_seed(0)
+    Hkv, D, bs = 2, 8, 4
+    scales = [(0.05, 0.02)] if dtype == torch.float8_e4m3fn else None
+    cache = KVCache.allocate(1, num_blocks=6, block_size=bs, num_kv_heads=Hkv, head_dim=D, dtype=dtype,
+                             scales=scales)
+    layer = cache.layers[0]
+    bm = BlockManager(6, bs)
+    bm.extend(0, 2)
+    bm.extend(1, 3)
+    k, v = torch.randn(7, Hkv, D), torch.randn(7, Hkv, D)
+    slots = bm.slots(0, 0, 2) + bm.extend(0, 5)  # sequence 0: 7 tokens in blocks 0 and 2
+    write_kv(layer, k, v, torch.tensor(slots, dtype=torch.int32))
+    # a padding token (slot -1) writes nothing
+    before = layer.k.clone()
+    write_kv(layer, torch.randn(1, Hkv, D), torch.randn(1, Hkv, D), torch.tensor([-1], dtype=torch.int32))
+    assert torch.equal(before.float(), layer.k.float())
+    gk, gv = gather_kv(layer, torch.tensor(bm.block_table(0)), 7)
+    tol = {torch.float32: 0, torch.bfloat16: 1e-2, torch.float8_e4m3fn: 7e-2}[dtype]
+    assert (gk - k).norm() / k.norm() <= tol
+    assert (gv - v).norm() / v.norm() <= tol
+
+
+def test_fp8_write_clamps_to_the_format():
+    cache = KVCache.allocate(1, 1, 4, 1, 2, torch.float8_e4m3fn, scales=[(1.0, 1.0)])
+    write_kv(cache.layers[0], torch.tensor([[[1e6, -1e6]]]), torch.tensor([[[3.0, -3.0]]]),
+             torch.tensor([2], dtype=torch.int32))
+    assert cache.layers[0].k[0, 2, 0].float().tolist() == [FP8_MAX, -FP8_MAX]
+
+
+def test_fp8_cache_needs_scales():
+    with pytest.raises(ValueError, match="needs one \\(k_scale, v_scale\\) per layer"):
+        KVCache.allocate(2, 4, 16, 1, 8, torch.float8_e4m3fn)
