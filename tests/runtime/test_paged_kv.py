@@ -97,3 +97,68 @@ def test_fp8_write_clamps_to_the_format():
 def test_fp8_cache_needs_scales():
     with pytest.raises(ValueError, match="needs one \\(k_scale, v_scale\\) per layer"):
         KVCache.allocate(2, 4, 16, 1, 8, torch.float8_e4m3fn)
+
+
+def test_step_inputs_lay_out_a_mixed_step():
+    from atlas.runtime.step import StepBatch, StepInputs
+    bm = BlockManager(num_blocks=8, block_size=4)
+    bm.extend(1, 6)  # sequence 1 has 6 cached tokens (blocks 0, 1)
+    step = StepInputs.build(StepBatch((1, 2), ((11,), (21, 22, 23))), bm, max_blocks=3)
+    assert step.input_ids.tolist() == [11, 21, 22, 23]
+    assert step.positions.tolist() == [6, 0, 1, 2]
+    assert step.cu_q.tolist() == [0, 1, 4]
+    assert step.context_lens.tolist() == [7, 3]
+    assert step.slot_mapping.tolist() == [1 * 4 + 2, 8, 9, 10]  # seq 1: block 1 offset 2; seq 2: block 2
+    assert step.block_tables.tolist() == [[0, 1, 0], [2, 0, 0]]
+    assert step.last_rows.tolist() == [0, 3]
+    assert step.state_slots.tolist() == [-1, -1]
+
+
+def test_step_inputs_pad_to_a_bucket():
+    from atlas.runtime.step import StepBatch, StepInputs
+    bm = BlockManager(num_blocks=8, block_size=4)
+    step = StepInputs.build(StepBatch((5,), ((7, 8),), state_slots=(3,)), bm, max_blocks=2, pad_to=4)
+    assert step.cu_q.tolist() == [0, 2, 4, 6, 8]
+    assert step.slot_mapping.tolist() == [0, 1] + [-1] * 6
+    assert step.context_lens.tolist() == [2, 0, 0, 0]
+    assert step.state_slots.tolist() == [3, -1, -1, -1]
+    assert step.num_seqs == 1
+    static = StepInputs.build(StepBatch((6,), ((1, 2),)), bm, max_blocks=2, pad_to=4)
+    step.copy_into(static)
+    assert static.slot_mapping.tolist() == step.slot_mapping.tolist()
+
+
+def test_step_inputs_reserve_all_or_nothing():
+    from atlas.runtime.step import StepBatch, StepInputs
+    bm = BlockManager(num_blocks=2, block_size=4)
+    with pytest.raises(OutOfBlocks, match="needs 3 more KV blocks, 2 are free"):
+        StepInputs.build(StepBatch((1, 2), ((1,) * 4, (2,) * 5)), bm, max_blocks=2)
+    assert bm.num_free == 2 and bm.length(1) == 0
+    with pytest.raises(ValueError, match="appears twice"):
+        StepBatch((1, 1), ((1,), (2,)))
+
+
+def test_state_pool_hands_out_zeroed_slots():
+    from atlas.runtime.config import GDN, ModelConfig
+    from atlas.runtime.state_pool import OutOfSlots, StatePool
+    c = ModelConfig(family="t", vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=2,
+                    layer_types=(GDN, "attention"), num_heads=2, num_kv_heads=1, head_dim=4, rms_norm_eps=1e-6,
+                    rotary_dim=4, linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=4,
+                    linear_value_head_dim=4, linear_conv_kernel=4)
+    pool = StatePool(c, num_slots=2, dtype=torch.float32)
+    assert list(pool.layers) == [0]
+    assert pool.layers[0].window.shape == (2, c.gdn_conv_size, 3)
+    assert pool.layers[0].state.shape == (2, 2, 4, 4)
+    a = pool.acquire()
+    pool.layers[0].state[a].normal_()
+    pool.layers[0].window[a].normal_()
+    b = pool.acquire()
+    with pytest.raises(OutOfSlots):
+        pool.acquire()
+    pool.release(a)
+    with pytest.raises(ValueError, match="not held"):
+        pool.release(a)
+    again = pool.acquire()
+    assert again == a and b != a
+    assert not pool.layers[0].state[a].any() and not pool.layers[0].window[a].any()
+    assert StatePool.bytes_per_slot(c, torch.float32) == (c.gdn_conv_size * 3 + 2 * 4 * 4) * 4
