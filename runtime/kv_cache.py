@@ -10,9 +10,12 @@ Layout (the contract between the block manager, the KV write of the RoPE kernel 
     the sequence holds are never read.
   slot_mapping: int32 [T] for the T tokens of a step: where each token's K / V row is written; negative = padding,
     not written.
-  context_lens: int32 [B]: tokens in sequence b's cache after this step's write (cached prefix + new tokens).
+  context_lens: int32 [B]: tokens in sequence b's cache after this step's write (cached prefix + new tokens);
+    0 marks a padding sequence: its queries get zeros and its block-table row is not read.
   cu_q: int32 [B + 1]: query tokens of sequence b are rows cu_q[b] .. cu_q[b+1]-1 of the packed q; query i of b
     sits at absolute position context_lens[b] - q_len_b + i and sees the keys at positions 0 .. that position.
+    cu_q[-1] may be less than the rows of a static q buffer: rows past it are not written.
+  Element offsets (slot · Hkv · D) pass 2^31 in large pools: kernels compute them in int64.
 
 Block 0 .. num_blocks-1 belong to the pool; the block manager (runtime/block_manager.py) hands them out.
 """

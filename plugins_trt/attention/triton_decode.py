@@ -1,0 +1,249 @@
+"""Paged attention decode (one query token per sequence) with the context split across programs (flash-decoding).
+
+Stage 1, `paged_decode_kernel`, grid (B, Hkv, num_splits): program (b, kh, s) takes the G = Hq / Hkv query
+heads of kv head kh as the rows of one tile (padded to at least 16 rows for tl.dot), so each K/V tile is read
+once per GQA group, and runs an online softmax over its share of the context: split s covers tokens
+[s · per, min((s + 1) · per, ctx)), per = cdiv(cdiv(ctx, num_splits), BLOCK_N) · BLOCK_N, so that every split
+but the last of a sequence holds whole tiles and splits past the context are empty. It writes the split's
+normalised output and log2-sum-exp to the workspace.
+
+Stage 2, `paged_decode_reduce_kernel`, grid (B, Hq): combines the non-empty splits (their count comes from ctx
+by the same formula, so empty splits need not be written), applies the optional sigmoid gate and writes out.
+With num_splits == 1 stage 1 writes the output itself (DIRECT) and stage 2 is not launched.
+
+Defined behaviour for padding: a sequence with context_lens[b] <= 0 gets zeros (its block-table row is not read).
+context_lens[b] is also clamped to max_blocks_per_seq · block_size so a bad length cannot read past its row.
+
+num_splits is a launch argument, not derived from the lengths on the device: a CUDA graph captured for a batch
+bucket fixes it (and the workspace); `default_num_splits` picks one from the largest context the block table
+can hold.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from atlas.plugins_trt.attention.triton_common import (KV_TYPES, Q_TYPES, aot_signature, check_cache, check_rows,
+                                                       clamped_context, default_block_n, dot_in_fp32, kv_row_offsets,
+                                                       load_scales, softmax_step)
+
+
+@triton.jit
+def split_size(ctx, num_splits, BLOCK_N: tl.constexpr):
+    """Tokens per split for a context of ctx (>= 0) tokens: whole tiles, at least one."""
+    per = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
+    return tl.maximum(per, BLOCK_N)
+
+
+@triton.jit
+def paged_decode_kernel(
+    q, stride_qb, stride_qh,             # [B, HQ, D] (unit last stride)
+    k_cache, v_cache,                    # [num_blocks, BS, HKV, D] contiguous; bf16 / fp16 / fp32 / fp8e4nv
+    k_scale, v_scale,                    # fp32 [1] (read only if IS_FP8)
+    block_tables, stride_bt, max_blocks,  # int32 [B, max_blocks] (row stride stride_bt)
+    context_lens,                        # int32 [B]
+    gate, stride_gb, stride_gh,          # [B, HQ, D] sigmoid output gate (read only if HAS_GATE and DIRECT)
+    out, stride_ob, stride_oh,           # [B, HQ, D] (written only if DIRECT)
+    part_o, part_lse,                    # fp32 [B, HQ, num_splits, D], [B, HQ, num_splits] (written unless DIRECT)
+    num_splits,                          # splits per sequence (the grid's third dim)
+    sm_scale,                            # fp32 softmax scale (usually D ** -0.5)
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
+    BLOCK_N: tl.constexpr,               # keys per tile (any power of two >= 16; independent of BS)
+    GP: tl.constexpr,                    # rows of the query tile: next power of two >= max(G, 16)
+    IS_FP8: tl.constexpr, DOT_F32: tl.constexpr, HAS_GATE: tl.constexpr, DIRECT: tl.constexpr,
+):
+    b, kh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    G: tl.constexpr = HQ // HKV
+    ctx = clamped_context(context_lens, b, max_blocks, BS)
+    per = split_size(ctx, num_splits, BLOCK_N)
+    lo = split * per
+    hi = tl.minimum(lo + per, ctx)
+
+    g = tl.arange(0, GP)
+    d = tl.arange(0, D)
+    head = kh * G + g
+    head_ok = g < G
+    cd = tl.float32 if DOT_F32 else q.dtype.element_ty  # the dots' operand dtype
+    dot_prec: tl.constexpr = "ieee" if DOT_F32 else "tf32"
+    qt = tl.load(q + b.to(tl.int64) * stride_qb + head[:, None] * stride_qh + d[None, :], mask=head_ok[:, None],
+                 other=0.0).to(cd)  # qt: [GP, D]
+    qk_scale, vs = load_scales(k_scale, v_scale, sm_scale, IS_FP8)
+
+    bt_row = block_tables + b.to(tl.int64) * stride_bt
+    m_i = tl.full([GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, D], tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        tok = start + tl.arange(0, BLOCK_N)
+        valid = tok < hi
+        rows = kv_row_offsets(bt_row, tok, valid, kh, HKV, D, BS)
+        kv = rows[:, None] + d[None, :]  # kv: [BLOCK_N, D]
+        k = tl.load(k_cache + kv, mask=valid[:, None], other=0.0).to(cd)
+        s = tl.dot(qt, tl.trans(k), input_precision=dot_prec) * qk_scale  # s: [GP, BLOCK_N]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        v = tl.load(v_cache + kv, mask=valid[:, None], other=0.0).to(cd)
+        m_i, l_i, acc = softmax_step(s, v, m_i, l_i, acc, DOT_F32)
+
+    # an empty split (or a padding sequence) has l = 0 and acc = 0: its output is 0, never 0 / 0
+    o = acc * (vs / tl.where(l_i > 0, l_i, 1.0))[:, None]
+    if DIRECT:
+        if HAS_GATE:
+            z = tl.load(gate + b.to(tl.int64) * stride_gb + head[:, None] * stride_gh + d[None, :],
+                        mask=head_ok[:, None], other=0.0).to(tl.float32)
+            o = o * tl.sigmoid(z)
+        tl.store(out + b.to(tl.int64) * stride_ob + head[:, None] * stride_oh + d[None, :],
+                 o.to(out.dtype.element_ty), mask=head_ok[:, None])
+    else:
+        part = (b.to(tl.int64) * HQ + head) * num_splits + split  # part: [GP]
+        keep = head_ok & (lo < hi)  # empty splits write nothing: stage 2 reads only the non-empty ones
+        tl.store(part_o + part[:, None] * D + d[None, :], o, mask=keep[:, None])
+        tl.store(part_lse + part, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), mask=keep)
+
+
+@triton.jit
+def paged_decode_reduce_kernel(
+    part_o, part_lse,                    # fp32 [B, HQ, num_splits, D], [B, HQ, num_splits] from stage 1
+    context_lens, max_blocks,            # int32 [B]; block-table width (the same clamp as stage 1)
+    gate, stride_gb, stride_gh,          # [B, HQ, D] (HAS_GATE)
+    out, stride_ob, stride_oh,           # [B, HQ, D]
+    num_splits,
+    HQ: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr,
+):
+    b, h = tl.program_id(0), tl.program_id(1)
+    d = tl.arange(0, D)
+    ctx = clamped_context(context_lens, b, max_blocks, BS)
+    n = tl.cdiv(ctx, split_size(ctx, num_splits, BLOCK_N))  # non-empty splits: each has a finite lse
+    base = (b.to(tl.int64) * HQ + h) * num_splits
+    m = tl.full([], float("-inf"), tl.float32)
+    total = tl.zeros([], tl.float32)
+    acc = tl.zeros([D], tl.float32)
+    for s in range(n):
+        lse = tl.load(part_lse + base + s)
+        o = tl.load(part_o + (base + s) * D + d)
+        m_new = tl.maximum(m, lse)
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(lse - m_new)
+        acc = acc * alpha + o * w
+        total = total * alpha + w
+        m = m_new
+    o = acc / tl.where(total > 0, total, 1.0)
+    if HAS_GATE:
+        o = o * tl.sigmoid(tl.load(gate + b.to(tl.int64) * stride_gb + h * stride_gh + d).to(tl.float32))
+    tl.store(out + b.to(tl.int64) * stride_ob + h * stride_oh + d, o.to(out.dtype.element_ty))
+
+
+# ---------------------------------------------------------------------------------------------- launcher
+
+def default_num_splits(batch: int, num_kv_heads: int, max_context: int, num_sms: int = 132,
+                       min_split_tokens: int = 256, max_splits: int = 32) -> int:
+    """Splits per sequence: enough (sequence, kv head, split) programs for about two waves over num_sms SMs,
+    but no split shorter than min_split_tokens of max_context (each split costs a partial write and read),
+    between 1 and max_splits."""
+    by_length = triton.cdiv(max(max_context, 1), min_split_tokens)
+    by_occupancy = triton.cdiv(2 * num_sms, max(batch * num_kv_heads, 1))
+    return max(1, min(by_length, by_occupancy, max_splits))
+
+
+def decode_workspace(batch: int, num_q_heads: int, head_dim: int, num_splits: int,
+                     device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 1's partial outputs fp32 [batch, Hq, num_splits, D] and log2-sum-exps fp32 [batch, Hq, num_splits]
+    (uninitialised: the kernels read only what they wrote). One pair sized for the largest bucket serves smaller
+    ones (launch_paged_decode takes any buffers with enough elements)."""
+    return (torch.empty(batch, num_q_heads, num_splits, head_dim, dtype=torch.float32, device=device),
+            torch.empty(batch, num_q_heads, num_splits, dtype=torch.float32, device=device))
+
+
+def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k_scale: torch.Tensor,
+                        v_scale: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
+                        sm_scale: float, gate: torch.Tensor | None = None, num_splits: int | None = None,
+                        out: torch.Tensor | None = None,
+                        workspace: tuple[torch.Tensor, torch.Tensor] | None = None, block_n: int | None = None,
+                        num_warps: int = 4) -> torch.Tensor:
+    """Decode attention for B sequences, one query each, over the paged cache (reference:
+    reference.paged_attention with cu_q = 0, 1, .., B).
+
+    q: [B, Hq, D] bf16 / fp16 / fp32 at position context_lens[b] - 1 (its own K/V already written); unit last
+    stride, free token and head strides.
+    k_cache, v_cache: [num_blocks, block_size, Hkv, D] contiguous, bf16 / fp16 / fp32 / float8_e4m3fn.
+    k_scale, v_scale: fp32 [1] on the device (read only for an FP8 cache).
+    block_tables: int32 [>= B, max_blocks_per_seq]; context_lens: int32 [B] (<= 0: padding, output zeros).
+    gate: [B, Hq, D] or None: out = attn · sigmoid(gate).
+    num_splits: splits per sequence; None picks default_num_splits from max_blocks_per_seq · block_size.
+    out: [B, Hq, D] (q's dtype if allocated here). workspace: (partial out, partial lse), fp32 with at least
+    B·Hq·num_splits·D and B·Hq·num_splits elements (decode_workspace); allocated here if None and num_splits > 1.
+    No host-device synchronisation: capturable in a CUDA graph with static out and workspace.
+    Returns out.
+    """
+    B, Hq, D = q.shape
+    check_rows(q, "q", B, Hq, D)
+    check_cache(k_cache, v_cache, k_scale, v_scale, block_tables, context_lens, Hq, D, B)
+    _, BS, Hkv, _ = k_cache.shape
+    if out is None:
+        out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
+    check_rows(out, "out", B, Hq, D)
+    if gate is not None:
+        check_rows(gate, "gate", B, Hq, D)
+    if B == 0:
+        return out
+    max_blocks = block_tables.shape[1]
+    if num_splits is None:
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+        num_splits = default_num_splits(B, Hkv, max_blocks * BS, sms)
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    direct = num_splits == 1
+    if direct:
+        part_o = part_lse = out  # not touched with DIRECT
+    else:
+        part_o, part_lse = workspace or decode_workspace(B, Hq, D, num_splits, q.device)
+        if part_o.dtype != torch.float32 or part_lse.dtype != torch.float32 or \
+                part_o.numel() < B * Hq * num_splits * D or part_lse.numel() < B * Hq * num_splits:
+            raise ValueError(f"workspace must be fp32 buffers of at least {B * Hq * num_splits * D} and "
+                             f"{B * Hq * num_splits} elements (decode_workspace({B}, {Hq}, {D}, {num_splits}))")
+    block_n = block_n or default_block_n(D)
+    g = gate if gate is not None else out
+    paged_decode_kernel[(B, Hkv, num_splits)](
+        q, q.stride(0), q.stride(1), k_cache, v_cache, k_scale, v_scale, block_tables, block_tables.stride(0),
+        max_blocks, context_lens, g, g.stride(0), g.stride(1), out, out.stride(0), out.stride(1), part_o, part_lse,
+        num_splits, float(sm_scale), HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_N=block_n,
+        GP=max(16, triton.next_power_of_2(Hq // Hkv)), IS_FP8=k_cache.dtype == torch.float8_e4m3fn,
+        DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype), HAS_GATE=gate is not None, DIRECT=direct, num_warps=num_warps)
+    if not direct:
+        paged_decode_reduce_kernel[(B, Hq)](
+            part_o, part_lse, context_lens, max_blocks, g, g.stride(0), g.stride(1), out, out.stride(0),
+            out.stride(1), num_splits, HQ=Hq, D=D, BS=BS, BLOCK_N=block_n, HAS_GATE=gate is not None, num_warps=1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- AOT
+
+def signature_paged_decode(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
+                           kv_dtype: torch.dtype, q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
+                           direct: bool = False, block_n: int | None = None, num_warps: int = 4,
+                           num_stages: int = 2):
+    """AotSignature of stage 1 for one model's attention shape; grid (B, Hkv, num_splits)."""
+    P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
+    types = dict(q=P, stride_qb=i32, stride_qh=i32, k_cache=KV_TYPES[kv_dtype], v_cache=KV_TYPES[kv_dtype],
+                 k_scale=F, v_scale=F, block_tables=PI, stride_bt=i32, max_blocks=i32, context_lens=PI, gate=P,
+                 stride_gb=i32, stride_gh=i32, out=P, stride_ob=i32, stride_oh=i32, part_o=F, part_lse=F,
+                 num_splits=i32, sm_scale="fp32")
+    const = dict(HQ=num_q_heads, HKV=num_kv_heads, D=head_dim, BS=block_size,
+                 BLOCK_N=block_n or default_block_n(head_dim),
+                 GP=max(16, triton.next_power_of_2(num_q_heads // num_kv_heads)),
+                 IS_FP8=kv_dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q_dtype, kv_dtype), HAS_GATE=has_gate,
+                 DIRECT=direct)
+    return aot_signature(paged_decode_kernel, types, const, num_warps, num_stages)
+
+
+def signature_paged_decode_reduce(num_q_heads: int, head_dim: int, block_size: int,
+                                  q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
+                                  block_n: int | None = None):
+    """AotSignature of stage 2 (block_n must be stage 1's); grid (B, Hq)."""
+    P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
+    types = dict(part_o=F, part_lse=F, context_lens=PI, max_blocks=i32, gate=P, stride_gb=i32, stride_gh=i32, out=P,
+                 stride_ob=i32, stride_oh=i32, num_splits=i32)
+    const = dict(HQ=num_q_heads, D=head_dim, BS=block_size, BLOCK_N=block_n or default_block_n(head_dim),
+                 HAS_GATE=has_gate)
+    return aot_signature(paged_decode_reduce_kernel, types, const, num_warps=1, num_stages=1)
