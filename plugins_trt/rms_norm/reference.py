@@ -22,3 +22,15 @@ def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (weight.float() * xf * F.silu(gate.float())).to(x.dtype)
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                       offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's `residual = residual + x; y = rms_norm(residual)` as one step (vLLM's fused_add_rms_norm).
+
+    x: [..., D] (a sublayer's output); residual: [..., D] (the residual stream); weight: [D].
+    Returns (y in x's dtype, the new residual in residual's dtype). The sum is rounded to residual's dtype
+    before it is normalised, exactly as the eager decoder (runtime/layers/decoder.py) stores and then norms it.
+    """
+    h = (x.float() + residual.float()).to(residual.dtype)
+    return rms_norm(h, weight, eps, offset).to(x.dtype), h

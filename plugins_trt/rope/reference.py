@@ -6,6 +6,9 @@ import math
 
 import torch
 
+from atlas.plugins_trt.rms_norm.reference import rms_norm
+from atlas.runtime.kv_cache import LayerKV, write_kv
+
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -56,3 +59,33 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     cos, sin = cos[:, None, :], sin[:, None, :]
     out = x_rot * cos + rotated * sin
     return torch.cat((out, x_pass), dim=-1)
+
+
+def qkv_rope_kv_write(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, layer: LayerKV,
+                      slot_mapping: torch.Tensor, num_heads: int, has_gate: bool = False,
+                      q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None, eps: float = 1e-6,
+                      norm_offset: float = 0.0) -> torch.Tensor:
+    """An attention layer's step between the qkv projection and attention (reference of triton_rope.py).
+
+    qkv: [T, q_size (+ q_size gate) + 2·kv_size], rows [q | gate? | k | v] (runtime/layers/attention.py);
+    positions: int [T]; inv_freq: fp32 [rotary_dim / 2] (rope_inv_freq); layer: the paged cache of
+    runtime/kv_cache.py, [num_blocks, block_size, Hkv, D] (Hkv and D are read from it); slot_mapping: int32 [T],
+    negative = not written. q_norm, k_norm: [D] or None (QK-norm, y = x̂·(norm_offset + w), over head_dim).
+
+    q and k are QK-normed (rounded to qkv's dtype, as rms_norm returns), rotated on their first rotary_dim dims;
+    k and v are written into the cache (quantize_kv: FP8 caches store e4m3(clamp(x / scale, ±448))).
+    Returns q [T, Hq, D] (fp32 for bf16 / fp16 qkv: apply_rope computes in fp32). The gate stays in qkv.
+    """
+    T = qkv.shape[0]
+    Hkv, D = layer.k.shape[2], layer.k.shape[3]
+    q_size, kv_size = num_heads * D, Hkv * D
+    gate_size = q_size if has_gate else 0
+    q, _, k, v = qkv.split([q_size, gate_size, kv_size, kv_size], dim=-1)
+    q, k, v = q.reshape(T, num_heads, D), k.reshape(T, Hkv, D), v.reshape(T, Hkv, D)
+    if q_norm is not None:
+        q = rms_norm(q, q_norm, eps, norm_offset)
+        k = rms_norm(k, k_norm, eps, norm_offset)
+    cos, sin = rope_cos_sin(positions, inv_freq)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    write_kv(layer, k, v, slot_mapping)
+    return q
