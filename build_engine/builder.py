@@ -44,6 +44,10 @@ class BuildConfig:
     """Export onnx/<layer_type>.onnx (one graph per canonical layer type)."""
     autotune: bool = True
     """--device cuda on a GPU machine: time candidate kernel configs per shape and M bucket (else heuristic)."""
+    kv_cache_dtype: str = "bfloat16"
+    """--device cuda: the paged KV cache's format, bfloat16 or fp8 (E4M3, one scale per tensor)."""
+    max_batch: int = 32
+    """--device cuda: the most sequences a decode step runs (the largest captured batch bucket)."""
     overwrite: bool = False
     progress: bool = True
 
@@ -55,6 +59,10 @@ class BuildConfig:
             raise BuildError(f"--device must be cpu or cuda, got '{self.device}'.")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise BuildError(f"--max-seq-len must be at least 2, got {self.max_seq_len}.")
+        if self.kv_cache_dtype not in ("bfloat16", "fp8"):
+            raise BuildError(f"--kv-cache-dtype must be bfloat16 or fp8, got '{self.kv_cache_dtype}'.")
+        if not 1 <= self.max_batch <= 128:
+            raise BuildError(f"--max-batch must be in 1..128, got {self.max_batch}.")
         self.precision(None)  # validate the class overrides now
 
     def precision(self, prequantized: str | None) -> PrecisionPlan:
@@ -171,10 +179,13 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
             onnx_graphs = export_onnx(config, out / "onnx", converter.formats)
         except ValueError as e:
             raise BuildError(f"cannot export the ONNX graphs: {e}. Pass --no-onnx to build without them.") from None
-    kernels, linear_kernels, gdn_kernels, target = {}, {}, {}, {"device": cfg.device}
+    kernels, linear_kernels, gdn_kernels, step_kernels, target = {}, {}, {}, {}, {"device": cfg.device}
     if cfg.device == "cuda":
-        kernels, linear_kernels, gdn_kernels, target = _compile_kernels(config, converter.formats, out,
-                                                                        cfg.autotune)
+        from atlas.runtime.model_runner import RunnerOptions
+
+        options = RunnerOptions(max_batch=cfg.max_batch, kv_cache_dtype=cfg.kv_cache_dtype, max_seq_len=max_seq_len)
+        kernels, linear_kernels, gdn_kernels, step_kernels, target = _compile_kernels(
+            config, converter.formats, out, cfg.autotune, options)
     has_tokenizer = ckpt.export_tokenizer(out)
     for file in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = str(file.relative_to(out))
@@ -206,6 +217,7 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
         "kernels": kernels,
         "linear_kernels": linear_kernels,
         **({"gdn_kernels": gdn_kernels} if gdn_kernels else {}),
+        **({"step_kernels": step_kernels} if step_kernels else {}),
         "tokenizer": has_tokenizer,
         "generation": _generation_defaults(generation, config),
         "files": files,
@@ -214,15 +226,17 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
     return BuildResult(out, manifest, time.perf_counter() - t0, sorted(names - used))
 
 
-def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path,
-                     autotune: bool) -> tuple[dict, dict, dict, dict]:
+def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path, autotune: bool,
+                     options) -> tuple[dict, dict, dict, dict, dict]:
     """Every GPU kernel the engine needs, compiled for sm_90 into one table; the quantized linears' kernels
-    autotuned when this machine has the GPU. Returns (kernel table, linear plan, GDN plan, target)."""
+    autotuned when this machine has the GPU. options: the model runner's (RunnerOptions), which fix the step
+    kernels. Returns (kernel table, linear plan, GDN plan, step kernels, target)."""
     import torch
 
     from atlas.build_engine.gdn_kernels import compile_gdn_kernels
     from atlas.build_engine.kernels import write_kernels
     from atlas.build_engine.linear_kernels import linear_kernel_list
+    from atlas.build_engine.step_kernels import compile_step_kernels
 
     arch = 90
     tune = autotune and torch.cuda.is_available()
@@ -234,8 +248,10 @@ def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path,
     compiled, plan = linear_kernel_list(config, formats, tune=tune)
     gdn_compiled, gdn_plan = compile_gdn_kernels(config, out / "kernels", arch=arch)
     compiled += gdn_compiled
+    step_compiled, step_plan = compile_step_kernels(config, options, arch=arch)
+    compiled += step_compiled
     table = write_kernels(compiled, out / "kernels") if compiled else {}
-    return table, plan, gdn_plan, {"device": "cuda", "arch": arch, "autotuned": tune}
+    return table, plan, gdn_plan, step_plan, {"device": "cuda", "arch": arch, "autotuned": tune}
 
 
 def _generation_defaults(generation: dict, config: ModelConfig) -> dict:

@@ -47,13 +47,18 @@ def _size(n: int) -> str:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Target: cpu (the reference runtime) or cuda (Hopper, sm_90): compiles the engine's GPU "
                    "kernels into kernels/, autotuned when run on the GPU, heuristic configs otherwise.")
+@click.option("--kv-cache-dtype", type=click.Choice(["bfloat16", "fp8"]), default="bfloat16", show_default=True,
+              help="--device cuda: format of the paged KV cache (fp8: E4M3 with one scale per tensor).")
+@click.option("--max-batch", type=int, default=32, show_default=True,
+              help="--device cuda: most sequences in one decode step (the largest CUDA graph batch bucket).")
 @click.option("--autotune/--no-autotune", default=True, show_default=True,
               help="--device cuda: time candidate kernel configurations on this machine's GPU.")
 @click.option("--onnx/--no-onnx", default=True, show_default=True,
               help="Export one ONNX graph per layer type into onnx/ (for atlas-compare --reference onnx).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, autotune, onnx, overwrite, quiet):
+def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_dtype, max_batch, autotune, onnx,
+         overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
@@ -64,8 +69,8 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, autotune,
     output = output or Path("engines") / name
     try:
         result = build(BuildConfig(checkpoint, output, dtype=dtype, class_dtypes=parse_class_dtypes(class_dtypes),
-                                   max_seq_len=max_seq_len, device=device, autotune=autotune, onnx=onnx,
-                                   overwrite=overwrite,
+                                   max_seq_len=max_seq_len, device=device, kv_cache_dtype=kv_cache_dtype,
+                                   max_batch=max_batch, autotune=autotune, onnx=onnx, overwrite=overwrite,
                                    progress=not quiet))
     except BuildError as e:
         raise click.ClickException(str(e)) from None

@@ -61,6 +61,8 @@ class StepInputs:
     """[B] the row of each sequence's last token (whose logits sample its next token)."""
     num_seqs: int
     """Sequences before padding."""
+    max_q_len: int
+    """The most new tokens of one sequence (1: a decode step), known on the host: it picks the attention kernel."""
 
     @classmethod
     def build(cls, batch: StepBatch, blocks: BlockManager, max_blocks: int, device: torch.device | str = "cpu",
@@ -108,10 +110,13 @@ class StepInputs:
 
         return cls(input_ids=t(ids), positions=t(positions), slot_mapping=t(slots), cu_q=t(cu),
                    context_lens=t(lens), block_tables=t(tables), state_slots=t(state + [-1] * pad),
-                   last_rows=t([c - 1 for c in cu[1:]]), num_seqs=B)
+                   last_rows=t([c - 1 for c in cu[1:]]), num_seqs=B, max_q_len=max(q_lens))
 
     def copy_into(self, static: "StepInputs") -> None:
         """Write this step's tensors into the static buffers a graph was captured over (same bucket shape)."""
+        if self.max_q_len != static.max_q_len:
+            raise ValueError(f"a step of {self.max_q_len} tokens a sequence cannot replay a graph captured for "
+                             f"{static.max_q_len}")
         for name in ("input_ids", "positions", "slot_mapping", "cu_q", "context_lens", "block_tables",
                      "state_slots", "last_rows"):
             src, dst = getattr(self, name), getattr(static, name)

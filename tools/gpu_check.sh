@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [session7|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -304,9 +304,16 @@ if [ "$what" = decodeops ]; then  # the GPU decode path's kernels (issue 6): pag
             tests/plugins_trt/test_${f}_triton.py 2>&1 | tee "$out/pytest_${f}_gpu.log" | tail -12
     done
 fi
-if [ "$what" = session7 ]; then  # one call: the decode-path kernels' GPU tests, then everything `written` holds
-    bash "$0" decodeops
-    bash "$0" written
+if [ "$what" = runner ]; then  # the GPU model runner (graphs per bucket, eager, against the CPU reference)
+    timeout ${RUNNER_TIMEOUT:-180} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_model_runner.py \
+        2>&1 | tee "$out/pytest_runner_gpu.log" | tail -30
+fi
+if [ "$what" = session7 ]; then  # one call (~9 minutes): the decode path's GPU tests (kernels, runner), then FIX 2's
+    # timing and the stream-K GPU tests, then XCLAMP's timing and test
+    DECODEOPS_TIMEOUT=110 bash "$0" decodeops
+    RUNNER_TIMEOUT=120 bash "$0" runner
+    RSSK_TIMEOUT=150 RSSK_TEST_TIMEOUT=90 bash "$0" rsskparts
+    XCLAMP_TIMEOUT=100 XCLAMP_TEST_TIMEOUT=60 bash "$0" xclamp
 fi
 if [ "$what" = written ]; then  # everything written but not yet run (2026-12-06, sixth session), one call (~5 min):
     # the stream-K trace and sweep with FIX 2 (and the stream-K GPU tests), then XCLAMP's timing and GPU test

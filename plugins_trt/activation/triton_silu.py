@@ -4,8 +4,9 @@
 
 fp32 math; silu(gate) is rounded to the io dtype before the product, as reference.silu_mul does in bf16 / fp16
 (F.silu returns the input dtype) and vLLM's silu_and_mul does, so the kernel matches the eager MLP to the bit.
-The kernel takes pointers, ints and constexprs only (compiled ahead of time); `launch_silu_mul` is the JIT
-wrapper, free of host reads of device values (safe inside CUDA graph capture).
+The kernel takes pointers, ints and constexprs only (compiled ahead of time); `launch_silu_mul` launches it
+through atlas.plugins_trt.launch (JIT, or the engine's cubins with `aot=`), free of host reads of device values
+(safe inside CUDA graph capture, and runs on meta tensors when the build records it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 
 @triton.jit
@@ -34,10 +37,12 @@ def silu_mul_kernel(
 
 
 def launch_silu_mul(gate_up: torch.Tensor, out: torch.Tensor | None = None, BLOCK: int = 1024,
-                    num_warps: int = 4) -> torch.Tensor:
+                    num_warps: int = 4, aot=None) -> torch.Tensor:
     """silu(gate) · up for gate_up [T, 2I] (bf16 / fp16 / fp32, rows may be strided, unit column stride).
 
-    out: [T, I] (unit column stride), default a new tensor in gate_up's dtype. Returns out.
+    out: [T, I] (unit column stride), default a new tensor in gate_up's dtype.
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    Returns out.
     """
     T, two_i = gate_up.shape
     if two_i % 2 or gate_up.stride(1) != 1:
@@ -50,6 +55,7 @@ def launch_silu_mul(gate_up: torch.Tensor, out: torch.Tensor | None = None, BLOC
     if T == 0:
         return out
     BLOCK = min(BLOCK, triton.next_power_of_2(I))
-    silu_mul_kernel[(T, triton.cdiv(I, BLOCK))](gate_up, gate_up.stride(0), out, out.stride(0), I, BLOCK=BLOCK,
-                                                num_warps=num_warps)
+    # both may be views with strided rows
+    launch(silu_mul_kernel, (T, triton.cdiv(I, BLOCK)), (gate_up, gate_up.stride(0), out, out.stride(0), I),
+           dict(BLOCK=BLOCK), num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("gate_up", "out"))
     return out

@@ -109,9 +109,10 @@ def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, k_scale: torch.Ten
             or block_tables.stride(1) != 1:
         raise ValueError(f"block_tables must be int32 [B, max_blocks_per_seq] with unit column stride for "
                          f"{batch} sequences, got {block_tables.dtype} {tuple(block_tables.shape)}")
-    if context_lens.dtype != torch.int32 or context_lens.shape != (batch,):
-        raise ValueError(f"context_lens must be int32 [{batch}], got {context_lens.dtype} "
-                         f"{tuple(context_lens.shape)}")
+    if context_lens.dtype != torch.int32 or context_lens.shape != (batch,) or \
+            (batch > 1 and context_lens.stride(0) != 1):  # read at context_lens + b
+        raise ValueError(f"context_lens must be contiguous int32 [{batch}], got {context_lens.dtype} "
+                         f"{tuple(context_lens.shape)} strides {context_lens.stride()}")
 
 
 def check_rows(t: torch.Tensor, name: str, rows: int, heads: int, head_dim: int, dtypes=Q_TYPES) -> None:

@@ -28,6 +28,7 @@ import triton.language as tl
 from atlas.plugins_trt.attention.triton_common import (KV_TYPES, Q_TYPES, aot_signature, check_cache, check_rows,
                                                        clamped_context, default_block_n, dot_in_fp32, kv_row_offsets,
                                                        load_scales, softmax_step)
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 
 @triton.jit
@@ -160,7 +161,7 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         sm_scale: float, gate: torch.Tensor | None = None, num_splits: int | None = None,
                         out: torch.Tensor | None = None,
                         workspace: tuple[torch.Tensor, torch.Tensor] | None = None, block_n: int | None = None,
-                        num_warps: int = 4) -> torch.Tensor:
+                        num_warps: int = 4, aot=None) -> torch.Tensor:
     """Decode attention for B sequences, one query each, over the paged cache (reference:
     reference.paged_attention with cu_q = 0, 1, .., B).
 
@@ -173,6 +174,7 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     num_splits: splits per sequence; None picks default_num_splits from max_blocks_per_seq · block_size.
     out: [B, Hq, D] (q's dtype if allocated here). workspace: (partial out, partial lse), fp32 with at least
     B·Hq·num_splits·D and B·Hq·num_splits elements (decode_workspace); allocated here if None and num_splits > 1.
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     No host-device synchronisation: capturable in a CUDA graph with static out and workspace.
     Returns out.
     """
@@ -204,16 +206,23 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                              f"{B * Hq * num_splits} elements (decode_workspace({B}, {Hq}, {D}, {num_splits}))")
     block_n = block_n or default_block_n(D)
     g = gate if gate is not None else out
-    paged_decode_kernel[(B, Hkv, num_splits)](
-        q, q.stride(0), q.stride(1), k_cache, v_cache, k_scale, v_scale, block_tables, block_tables.stride(0),
-        max_blocks, context_lens, g, g.stride(0), g.stride(1), out, out.stride(0), out.stride(1), part_o, part_lse,
-        num_splits, float(sm_scale), HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_N=block_n,
-        GP=max(16, triton.next_power_of_2(Hq // Hkv)), IS_FP8=k_cache.dtype == torch.float8_e4m3fn,
-        DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype), HAS_GATE=gate is not None, DIRECT=direct, num_warps=num_warps)
+    # q, gate and out may be views (free token and head strides: gate is a column slice of the fused qkv output);
+    # with DIRECT the unused workspace arguments are `out` too
+    views = ("q", "gate", "out") + (("part_o", "part_lse") if direct else ())
+    launch(paged_decode_kernel, (B, Hkv, num_splits),
+           (q, q.stride(0), q.stride(1), k_cache, v_cache, k_scale, v_scale, block_tables, block_tables.stride(0),
+            max_blocks, context_lens, g, g.stride(0), g.stride(1), out, out.stride(0), out.stride(1), part_o,
+            part_lse, num_splits, float(sm_scale)),
+           dict(HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_N=block_n, GP=max(16, triton.next_power_of_2(Hq // Hkv)),
+                IS_FP8=k_cache.dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype),
+                HAS_GATE=gate is not None, DIRECT=direct),
+           num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=views)
     if not direct:
-        paged_decode_reduce_kernel[(B, Hq)](
-            part_o, part_lse, context_lens, max_blocks, g, g.stride(0), g.stride(1), out, out.stride(0),
-            out.stride(1), num_splits, HQ=Hq, D=D, BS=BS, BLOCK_N=block_n, HAS_GATE=gate is not None, num_warps=1)
+        launch(paged_decode_reduce_kernel, (B, Hq),
+               (part_o, part_lse, context_lens, max_blocks, g, g.stride(0), g.stride(1), out, out.stride(0),
+                out.stride(1), num_splits),
+               dict(HQ=Hq, D=D, BS=BS, BLOCK_N=block_n, HAS_GATE=gate is not None),
+               1, JIT_DEFAULT_STAGES, aot=aot, unaligned=("gate", "out"))
     return out
 
 
@@ -222,8 +231,9 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 def signature_paged_decode(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
                            kv_dtype: torch.dtype, q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
                            direct: bool = False, block_n: int | None = None, num_warps: int = 4,
-                           num_stages: int = 2):
-    """AotSignature of stage 1 for one model's attention shape; grid (B, Hkv, num_splits)."""
+                           num_stages: int = JIT_DEFAULT_STAGES):
+    """AotSignature of stage 1 for one model's attention shape; grid (B, Hkv, num_splits). The defaults are what
+    launch_paged_decode launches (the engine's instances are recorded from it: build_engine/recorded_kernels.py)."""
     P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
     types = dict(q=P, stride_qb=i32, stride_qh=i32, k_cache=KV_TYPES[kv_dtype], v_cache=KV_TYPES[kv_dtype],
                  k_scale=F, v_scale=F, block_tables=PI, stride_bt=i32, max_blocks=i32, context_lens=PI, gate=P,
@@ -246,4 +256,4 @@ def signature_paged_decode_reduce(num_q_heads: int, head_dim: int, block_size: i
                  stride_ob=i32, stride_oh=i32, num_splits=i32)
     const = dict(HQ=num_q_heads, D=head_dim, BS=block_size, BLOCK_N=block_n or default_block_n(head_dim),
                  HAS_GATE=has_gate)
-    return aot_signature(paged_decode_reduce_kernel, types, const, num_warps=1, num_stages=1)
+    return aot_signature(paged_decode_reduce_kernel, types, const, num_warps=1, num_stages=JIT_DEFAULT_STAGES)

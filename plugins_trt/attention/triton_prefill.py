@@ -28,6 +28,7 @@ import triton.language as tl
 from atlas.plugins_trt.attention.triton_common import (KV_TYPES, Q_TYPES, aot_signature, check_cache, check_rows,
                                                        clamped_context, default_block_n, dot_in_fp32, kv_row_offsets,
                                                        load_scales, softmax_step)
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 
 @triton.jit
@@ -134,7 +135,7 @@ def launch_paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                          v_scale: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
                          cu_q: torch.Tensor, sm_scale: float, gate: torch.Tensor | None = None,
                          max_q_len: int | None = None, out: torch.Tensor | None = None, block_m: int | None = None,
-                         block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+                         block_n: int | None = None, num_warps: int | None = None, aot=None) -> torch.Tensor:
     """Causal attention of packed varlen queries over the paged cache (reference: reference.paged_attention).
 
     q: [T, Hq, D] bf16 / fp16 / fp32, T = the query rows (cu_q[-1] <= T; rows past it are not written); unit last
@@ -146,14 +147,16 @@ def launch_paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     gate: [T, Hq, D] or None: out = attn · sigmoid(gate).
     max_q_len: the longest q_len (a host int the scheduler knows; it only picks the tile, any upper bound is
     correct); None takes T. out: [T, Hq, D] (q's dtype if allocated here).
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     No host-device synchronisation: capturable in a CUDA graph with a static out. Returns out.
     """
     T, Hq, D = q.shape
     B = cu_q.shape[0] - 1
     check_rows(q, "q", T, Hq, D)
     check_cache(k_cache, v_cache, k_scale, v_scale, block_tables, context_lens, Hq, D, B)
-    if cu_q.dtype != torch.int32 or cu_q.dim() != 1:
-        raise ValueError(f"cu_q must be int32 [B + 1], got {cu_q.dtype} {tuple(cu_q.shape)}")
+    if cu_q.dtype != torch.int32 or cu_q.dim() != 1 or cu_q.stride(0) != 1:  # read at cu_q + b
+        raise ValueError(f"cu_q must be contiguous int32 [B + 1], got {cu_q.dtype} {tuple(cu_q.shape)} "
+                         f"strides {cu_q.stride()}")
     _, BS, Hkv, _ = k_cache.shape
     if out is None:
         out = torch.empty(T, Hq, D, dtype=q.dtype, device=q.device)
@@ -168,13 +171,15 @@ def launch_paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     if block_m < G or block_m < 16 or block_m & (block_m - 1):
         raise ValueError(f"block_m must be a power of two >= max(16, G = {G}), got {block_m}")
     g = gate if gate is not None else out
-    grid = (T // (block_m // G) + B, Hkv)
-    paged_prefill_kernel[grid](
-        q, q.stride(0), q.stride(1), k_cache, v_cache, k_scale, v_scale, block_tables, block_tables.stride(0),
-        block_tables.shape[1], context_lens, cu_q, B, g, g.stride(0), g.stride(1), out, out.stride(0), out.stride(1),
-        float(sm_scale), HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_M=block_m, BLOCK_N=block_n,
-        IS_FP8=k_cache.dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype),
-        HAS_GATE=gate is not None, num_warps=num_warps)
+    # q, gate and out may be views (free token and head strides: gate is a column slice of the fused qkv output)
+    launch(paged_prefill_kernel, (T // (block_m // G) + B, Hkv),
+           (q, q.stride(0), q.stride(1), k_cache, v_cache, k_scale, v_scale, block_tables, block_tables.stride(0),
+            block_tables.shape[1], context_lens, cu_q, B, g, g.stride(0), g.stride(1), out, out.stride(0),
+            out.stride(1), float(sm_scale)),
+           dict(HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_M=block_m, BLOCK_N=block_n,
+                IS_FP8=k_cache.dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype),
+                HAS_GATE=gate is not None),
+           num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("q", "gate", "out"))
     return out
 
 
@@ -183,8 +188,10 @@ def launch_paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
 def signature_paged_prefill(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
                             kv_dtype: torch.dtype, q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
                             block_m: int = 64, block_n: int | None = None, num_warps: int | None = None,
-                            num_stages: int = 2):
-    """AotSignature of paged_prefill_kernel for one model's attention shape; grid (T // (BLOCK_M // G) + B, Hkv)."""
+                            num_stages: int = JIT_DEFAULT_STAGES):
+    """AotSignature of paged_prefill_kernel for one model's attention shape; grid (T // (BLOCK_M // G) + B, Hkv).
+    The defaults are what launch_paged_prefill launches for block_m (build_engine/recorded_kernels.py records
+    the engine's instances from it)."""
     P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
     types = dict(q=P, stride_qt=i32, stride_qh=i32, k_cache=KV_TYPES[kv_dtype], v_cache=KV_TYPES[kv_dtype],
                  k_scale=F, v_scale=F, block_tables=PI, stride_bt=i32, max_blocks=i32, context_lens=PI, cu_q=PI,

@@ -2,7 +2,7 @@
 
 An id outside [0, V) writes a zero row: padding tokens of a fixed-size (CUDA-graph) batch never read out of
 bounds, and nothing is checked on the host. The kernel takes pointers, ints and constexprs only (compiled ahead
-of time); `launch_embedding` is the JIT wrapper.
+of time); `launch_embedding` launches it through atlas.plugins_trt.launch (JIT, or the engine's cubins with `aot=`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 
 @triton.jit
@@ -31,22 +33,27 @@ def embedding_kernel(
 
 
 def launch_embedding(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None = None, BLOCK: int = 1024,
-                     num_warps: int = 4) -> torch.Tensor:
+                     num_warps: int = 4, aot=None) -> torch.Tensor:
     """Rows of table [V, H] (bf16 / fp16 / fp32) for ids int32 / int64 [T] -> out [T, H].
 
-    out: [T, H] with unit column stride, default a new tensor in the table's dtype. Returns out.
+    out: [T, H] with unit column stride, default a new tensor in the table's dtype.
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    Returns out.
     """
     V, H = table.shape
     T = ids.shape[0]
-    if ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64) or table.stride(1) != 1:
-        raise ValueError(f"embedding: expected ids int32/int64 [T] and a table [V, H] with unit column stride; got "
-                         f"ids {ids.dtype} {tuple(ids.shape)}, table strides {table.stride()}")
+    if ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64) or (T > 1 and ids.stride(0) != 1) \
+            or table.stride(1) != 1:  # ids are read at ids + t
+        raise ValueError(f"embedding: expected contiguous ids int32/int64 [T] and a table [V, H] with unit column "
+                         f"stride; got ids {ids.dtype} {tuple(ids.shape)} strides {ids.stride()}, table strides "
+                         f"{table.stride()}")
     out = torch.empty((T, H), dtype=table.dtype, device=table.device) if out is None else out
     if out.shape != (T, H) or out.stride(1) != 1:
         raise ValueError(f"out: expected [{T}, {H}] with unit column stride, got {tuple(out.shape)}")
     if T == 0:
         return out
     BLOCK = min(BLOCK, triton.next_power_of_2(H))
-    embedding_kernel[(T, triton.cdiv(H, BLOCK))](ids, table, table.stride(0), out, out.stride(0), V, H, BLOCK=BLOCK,
-                                                 num_warps=num_warps)
+    # table and out may be views with strided rows
+    launch(embedding_kernel, (T, triton.cdiv(H, BLOCK)), (ids, table, table.stride(0), out, out.stride(0), V, H),
+           dict(BLOCK=BLOCK), num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("table", "out"))
     return out

@@ -11,8 +11,9 @@ The residual form is vLLM's fused_add_rms_norm: the sum is rounded to the residu
 normalised, as the eager decoder stores it (reference.fused_add_rms_norm). Every program reads its whole
 vector before it writes, so `out` may alias x and `residual_out` may alias residual (in place).
 
-Kernels take pointers, ints, one fp32 and constexprs only, so they compile ahead of time; `launch_*` are the
-JIT wrappers. No launch reads a device value on the host: they are safe inside CUDA graph capture.
+Kernels take pointers, ints, one fp32 and constexprs only, so they compile ahead of time; `launch_*` launch them
+through atlas.plugins_trt.launch (JIT, or the engine's cubins with `aot=`). No launch reads a device value on the
+host: they are safe inside CUDA graph capture, and run on meta tensors when the build records them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 MAX_N = 8192
 """Largest vector one program normalises (registers: 8192 fp32 over 16 warps is 16 values a thread)."""
@@ -72,6 +75,12 @@ def norm_config(N: int) -> tuple[int, int]:
     return block, min(max(block // 512, 1), 16)
 
 
+# Every vector operand may be a view with strided rows (a column slice of a projection output); only the weight
+# is read from the start of its own allocation. (A strided row's offset is a run-time int, so an aligned base
+# would not make its loads wider anyway.)
+_VIEWS = ("x", "residual", "residual_out", "gate", "y")
+
+
 def _rows(name: str, t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """t as a [rows, cols] view with unit column stride; never a copy (an output must be written in place)."""
     try:
@@ -86,13 +95,14 @@ def _rows(name: str, t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 def launch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0,
                     residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                    residual_out: torch.Tensor | None = None) -> torch.Tensor:
+                    residual_out: torch.Tensor | None = None, aot=None) -> torch.Tensor:
     """y = rms_norm(x) or, with `residual`, residual_out = x + residual; y = rms_norm(residual_out).
 
     x: [..., N] bf16 / fp16 / fp32 (rows may be strided, unit column stride), N <= 8192;
     weight: [N] (any float dtype, read as fp32); offset: 0 or 1 (y = x̂·(offset + w));
     residual: [..., N] or None; residual_out: [..., N] in residual's dtype, default residual itself (in place);
     out: [..., N], default a new tensor in x's dtype (may be x itself).
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     Returns out. Math in fp32; the new residual is rounded to its dtype before it is normalised.
     """
     N = x.shape[-1]
@@ -112,19 +122,21 @@ def launch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: f
     if M == 0:
         return out
     block, warps = norm_config(N)
-    rms_norm_kernel[(M, 1)](x2, x2.stride(0), r2, r2.stride(0), ro2, ro2.stride(0), x2, 0, weight, y2, y2.stride(0),
-                            N, eps, OFFSET=int(offset), HAS_RESIDUAL=residual is not None, HAS_GATE=False,
-                            BLOCK=block, num_warps=warps)
+    launch(rms_norm_kernel, (M, 1),
+           (x2, x2.stride(0), r2, r2.stride(0), ro2, ro2.stride(0), x2, 0, weight, y2, y2.stride(0), N, float(eps)),
+           dict(OFFSET=int(offset), HAS_RESIDUAL=residual is not None, HAS_GATE=False, BLOCK=block),
+           warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=_VIEWS)
     return out
 
 
 def launch_gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
-                          out: torch.Tensor | None = None) -> torch.Tensor:
+                          out: torch.Tensor | None = None, aot=None) -> torch.Tensor:
     """y = w · rms_norm(x) · silu(gate) over each head (reference.gated_rms_norm).
 
     x: [M, G·N] or [M, G, N] (one row per token, G heads of N values; rows may be strided);
     gate: the same shape (e.g. a column slice of the fused GDN input projection: its own row stride);
     weight: [N] (plain weight, no offset). out: x's shape, default a new tensor in x's dtype.
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     Returns out.
     """
     N = weight.shape[0]
@@ -138,7 +150,8 @@ def launch_gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Ten
     if M == 0:
         return out
     block, warps = norm_config(N)
-    rms_norm_kernel[(M, cols // N)](x2, x2.stride(0), x2, 0, x2, 0, g2, g2.stride(0), weight, y2, y2.stride(0),
-                                    N, eps, OFFSET=0, HAS_RESIDUAL=False, HAS_GATE=True, BLOCK=block,
-                                    num_warps=warps)
+    launch(rms_norm_kernel, (M, cols // N),
+           (x2, x2.stride(0), x2, 0, x2, 0, g2, g2.stride(0), weight, y2, y2.stride(0), N, float(eps)),
+           dict(OFFSET=0, HAS_RESIDUAL=False, HAS_GATE=True, BLOCK=block),
+           warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=_VIEWS)
     return out

@@ -23,7 +23,8 @@ negligible in a kernel that moves a few KiB per token.
 
 Grid (T, Hq + Hkv): one program per (token, head); program Hq + j handles both k and v of kv head j.
 The kernel takes pointers, ints, one fp32 and constexprs only (compiled ahead of time); `launch_qkv_rope`
-is the JIT wrapper, free of host reads of device values (safe inside CUDA graph capture).
+launches it through atlas.plugins_trt.launch (JIT, or the engine's cubins with `aot=`), free of host reads of
+device values (safe inside CUDA graph capture, and runs on meta tensors when the build records it).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 FP8_MAX = tl.constexpr(448.0)  # largest finite float8_e4m3fn (runtime/kv_cache.py FP8_MAX)
 
@@ -115,7 +118,7 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
                     v_cache: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor, slot_mapping: torch.Tensor,
                     num_heads: int, has_gate: bool = False, q_norm: torch.Tensor | None = None,
                     k_norm: torch.Tensor | None = None, eps: float = 1e-6, norm_offset: float = 0.0,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, aot=None) -> torch.Tensor:
     """QK-norm + RoPE of one step's q and k, k and v written into the paged cache (reference.qkv_rope_kv_write).
 
     qkv: [T, Hq·D·(2 if has_gate else 1) + 2·Hkv·D] bf16 / fp16 / fp32, rows [q | gate? | k | v] (rows may be
@@ -126,6 +129,7 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
     slot_mapping: int32 [T], negative = not written;
     q_norm, k_norm: [D] each or both None (no QK-norm); norm_offset: 0 or 1;
     out: [T, Hq, D] (heads contiguous), default a new tensor in qkv's dtype.
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     Returns out (q, normed and rotated).
     """
     T = qkv.shape[0]
@@ -137,6 +141,9 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
                          f"D {D}) with unit column stride, got {tuple(qkv.shape)} strides {qkv.stride()}")
     if not 0 < R <= D:
         raise ValueError(f"rotary_dim {R} (2 · inv_freq's {inv_freq.shape[0]}) must be in (0, head_dim={D}]")
+    for name, t in (("positions", positions), ("slot_mapping", slot_mapping)):
+        if t.dim() != 1 or t.shape[0] < T or (T > 1 and t.stride(0) != 1):  # row t reads element t
+            raise ValueError(f"{name}: expected [{T}] with unit stride, got {tuple(t.shape)} strides {t.stride()}")
     if (q_norm is None) != (k_norm is None):
         raise ValueError("QK-norm needs both q_norm and k_norm (or neither)")
     if norm_offset not in (0.0, 1.0):
@@ -153,9 +160,13 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
         return out
     qk_norm = q_norm is not None
     block_d = triton.next_power_of_2(D)
-    qkv_rope_kernel[(T, num_heads + Hkv)](
-        qkv, qkv.stride(0), positions, inv_freq, q_norm if qk_norm else inv_freq, k_norm if qk_norm else inv_freq,
-        out, out.stride(0), k_cache, v_cache, k_scale, v_scale, slot_mapping, eps,
-        HQ=num_heads, HKV=Hkv, D=D, R=R, K_COL=k_col, BLOCK_D=block_d, QK_NORM=qk_norm,
-        NORM_OFFSET=int(norm_offset), num_warps=max(1, min(block_d // 128, 4)))
+    # without QK-norm the norm weights are not read and inv_freq stands in for them; qkv and out may be views with
+    # strided rows
+    launch(qkv_rope_kernel, (T, num_heads + Hkv),
+           (qkv, qkv.stride(0), positions, inv_freq, q_norm if qk_norm else inv_freq,
+            k_norm if qk_norm else inv_freq, out, out.stride(0), k_cache, v_cache, k_scale, v_scale, slot_mapping,
+            float(eps)),
+           dict(HQ=num_heads, HKV=Hkv, D=D, R=R, K_COL=k_col, BLOCK_D=block_d, QK_NORM=qk_norm,
+                NORM_OFFSET=int(norm_offset)),
+           max(1, min(block_d // 128, 4)), JIT_DEFAULT_STAGES, aot=aot, unaligned=("qkv", "q_out"))
     return out

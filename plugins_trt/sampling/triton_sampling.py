@@ -33,7 +33,9 @@ it). The cost grows with the pass count times V / BLOCK; it has not been timed o
 on a CPU-only machine), so a large-batch, large-vocabulary profile is owed before this is the default sampler.
 Logits must be NaN-free (a NaN is never kept, nor is it ranked like torch ranks it).
 
-Kernels take pointers, ints and constexprs only (compiled ahead of time); `launch_*` are the JIT wrappers.
+Kernels take pointers, ints and constexprs only (compiled ahead of time); `launch_*` launch them through
+atlas.plugins_trt.launch (JIT, or the engine's cubins with `aot=`) and run on meta tensors when the build records
+them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -226,19 +230,23 @@ def _check_logits(logits: torch.Tensor):
 
 def _out(out: torch.Tensor | None, B: int, device) -> torch.Tensor:
     out = torch.empty(B, dtype=torch.int64, device=device) if out is None else out
-    if out.shape != (B,) or out.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"out: expected int32 / int64 [{B}], got {out.dtype} {tuple(out.shape)}")
+    # the kernels store row b at out + b: a strided view would be written in the wrong places
+    if out.shape != (B,) or out.dtype not in (torch.int32, torch.int64) or (B > 1 and out.stride(0) != 1):
+        raise ValueError(f"out: expected contiguous int32 / int64 [{B}], got {out.dtype} {tuple(out.shape)} "
+                         f"strides {out.stride()}")
     return out
 
 
 def launch_argmax(logits: torch.Tensor, out: torch.Tensor | None = None, BLOCK: int = 4096,
-                  partials: tuple[torch.Tensor, torch.Tensor] | None = None, num_warps: int = 8) -> torch.Tensor:
+                  partials: tuple[torch.Tensor, torch.Tensor] | None = None, num_warps: int = 8,
+                  aot=None) -> torch.Tensor:
     """Greedy ids: torch.argmax(logits, -1) (lowest index among ties) for NaN-free logits.
 
     logits: [B, V] bf16 / fp16 / fp32 (rows may be strided, unit column stride);
     out: int32 / int64 [B], default a new int64 tensor;
     partials: (fp32 [B, NB], int32 [B, NB]) with NB = cdiv(V, BLOCK), the stage-1 results, default new tensors
       (pass static ones to keep allocation out of a captured graph).
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     Returns out.
     """
     _check_logits(logits)
@@ -255,21 +263,24 @@ def launch_argmax(logits: torch.Tensor, out: torch.Tensor | None = None, BLOCK: 
         raise ValueError(f"partials: expected contiguous fp32 and int32 [{B}, {NB}]")
     if B == 0:
         return out
-    argmax_partial_kernel[(B, NB)](logits, logits.stride(0), part_val, part_idx, V, NB, BLOCK=BLOCK,
-                                   num_warps=num_warps)
-    argmax_combine_kernel[(B,)](part_val, part_idx, out, NB, NB_P2=triton.next_power_of_2(NB), num_warps=1)
+    # logits may be a view with strided rows, out a slice of a larger buffer
+    launch(argmax_partial_kernel, (B, NB), (logits, logits.stride(0), part_val, part_idx, V, NB), dict(BLOCK=BLOCK),
+           num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("logits",))
+    launch(argmax_combine_kernel, (B,), (part_val, part_idx, out, NB), dict(NB_P2=triton.next_power_of_2(NB)),
+           1, JIT_DEFAULT_STAGES, aot=aot, unaligned=("out",))
     return out
 
 
 def launch_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                   seeds: torch.Tensor, offsets: torch.Tensor, out: torch.Tensor | None = None, BLOCK: int = 1024,
-                  num_warps: int = 4) -> torch.Tensor:
+                  num_warps: int = 4, aot=None) -> torch.Tensor:
     """One token per row: greedy where temperature <= 0, else temperature / top-k / top-p sampling.
 
     logits: [B, V] bf16 / fp16 / fp32 (rows may be strided, unit column stride);
     temperature: fp32 [B]; top_k: int32 [B] (<= 0 or >= V: off); top_p: fp32 [B] (>= 1: off);
     seeds, offsets: int64 [B] (Philox key and counter of each row's draw);
     out: int32 / int64 [B], default a new int64 tensor.
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     Returns out. The module docstring gives the exact semantics: in distribution, reference.sampling_probs.
     """
     _check_logits(logits)
@@ -278,10 +289,13 @@ def launch_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.
     for name, t, dtype in (("temperature", temperature, torch.float32), ("top_k", top_k, torch.int32),
                            ("top_p", top_p, torch.float32), ("seeds", seeds, torch.int64),
                            ("offsets", offsets, torch.int64)):
-        if t.shape != (B,) or t.dtype != dtype:
-            raise ValueError(f"{name}: expected {dtype} [{B}], got {t.dtype} {tuple(t.shape)}")
+        if t.shape != (B,) or t.dtype != dtype or (B > 1 and t.stride(0) != 1):  # read at t + b
+            raise ValueError(f"{name}: expected contiguous {dtype} [{B}], got {t.dtype} {tuple(t.shape)} "
+                             f"strides {t.stride()}")
     if B == 0:
         return out
-    sample_kernel[(B,)](logits, logits.stride(0), temperature, top_k, top_p, seeds, offsets, out, V,
-                        BLOCK=min(BLOCK, triton.next_power_of_2(V)), num_warps=num_warps)
+    # logits may be a view with strided rows, out a slice of a larger buffer
+    launch(sample_kernel, (B,), (logits, logits.stride(0), temperature, top_k, top_p, seeds, offsets, out, V),
+           dict(BLOCK=min(BLOCK, triton.next_power_of_2(V))), num_warps, JIT_DEFAULT_STAGES, aot=aot,
+           unaligned=("logits", "out"))
     return out

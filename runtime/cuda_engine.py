@@ -1,0 +1,84 @@
+"""An engine built with `atlas-build --device cuda`, loaded onto the GPU: weights in their stored formats, the kernel
+table, the linears' kernel plans and the step kernels' instances. Nothing is compiled or converted beyond the dtype
+of unquantized tensors (activations are bf16)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from atlas.plugins_trt.launch import AotKernels
+from atlas.runtime.config import ModelConfig
+from atlas.runtime.engine import check_files, read_manifest, rebuild_hint
+from atlas.runtime.errors import EngineError
+from atlas.runtime.kernels import KernelTable
+from atlas.runtime.layers.linear_cuda import CudaLinear
+
+ACT_DTYPE = torch.bfloat16
+SCALES = ("weight_scale", "weight_scale_2")
+
+
+@dataclass
+class CudaEngine:
+    path: Path
+    manifest: dict
+    config: ModelConfig
+    weights: dict[str, torch.Tensor]
+    """Canonical name -> GPU tensor: quantized linears as stored (packed weight + scales), the rest bf16."""
+    kernels: KernelTable
+    aot: AotKernels
+    """The step kernels' compiled instances (manifest["step_kernels"]["instances"])."""
+
+    @property
+    def runtime_options(self) -> dict:
+        """What the step kernels were built for: block_size, kv_cache_dtype, max_batch."""
+        return self.manifest["step_kernels"]["options"]
+
+    def linear(self, weights: dict[str, torch.Tensor], prefix: str) -> CudaLinear:
+        """The linear `prefix` (weights: this engine's, or {"lm_head.weight": embedding} for a tied head)."""
+        fmt = self.manifest.get("weight_formats", {}).get(prefix, "bfloat16")
+        tensors = {"weight": weights[f"{prefix}.weight"]}
+        tensors.update({s: weights[f"{prefix}.{s}"] for s in SCALES if f"{prefix}.{s}" in weights})
+        plan = None
+        if fmt in ("nvfp4", "fp8"):
+            n, k = tensors["weight"].shape[0], tensors["weight"].shape[1] * (2 if fmt == "nvfp4" else 1)
+            plan = self.manifest.get("linear_kernels", {}).get(f"{fmt}:{n}x{k}")
+        return CudaLinear(fmt, tensors, self.kernels, plan, weights.get(f"{prefix}.bias"))
+
+
+def load_cuda_engine(path: str | Path, verify_checksums: bool = True) -> CudaEngine:
+    path = Path(path)
+    manifest = read_manifest(path)
+    target = manifest.get("target", {})
+    if target.get("device") != "cuda":
+        raise EngineError(f"engine {path} was built for target '{target.get('device', 'cpu')}', not 'cuda'; rebuild "
+                          f"it with atlas-build --device cuda, or run it on the CPU path.")
+    if "step_kernels" not in manifest:
+        raise EngineError(f"engine {path} has no step kernels (built by an older atlas-build); "
+                          f"{rebuild_hint(manifest)}")
+    if not torch.cuda.is_available():
+        raise EngineError("this engine runs on a CUDA GPU and none is visible here; run a CPU engine instead "
+                          "(atlas-build --device cpu).")
+    check_files(path, manifest, verify_checksums)
+    try:
+        config = ModelConfig.from_dict(manifest["config"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise EngineError(f"engine {path} has an invalid model config ({e}); {rebuild_hint(manifest)}") from None
+    kernels = KernelTable.load(path, manifest["kernels"])
+    quantized = {p for p, f in manifest.get("weight_formats", {}).items() if f in ("nvfp4", "fp8")}
+    weights: dict[str, torch.Tensor] = {}
+    for name in manifest["weights"]:
+        try:
+            stored = load_file(str(path / name))
+        except (SafetensorError, OSError) as e:
+            raise EngineError(f"cannot read engine file {name}: {e}; {rebuild_hint(manifest)}") from None
+        for key, t in stored.items():
+            prefix, _, leaf = key.rpartition(".")
+            keep = prefix in quantized and (leaf in ("weight", *SCALES))
+            weights[key] = (t if keep or not t.is_floating_point() else t.to(ACT_DTYPE)).cuda()
+    aot = AotKernels(kernels, manifest["step_kernels"]["instances"])
+    return CudaEngine(path, manifest, config, weights, kernels, aot)

@@ -1,0 +1,151 @@
+"""The model runner: owns the GPU work of generation (KV pool, warm-up, CUDA graph capture, steps).
+
+Decode steps (one token a sequence) replay a CUDA graph captured per batch bucket over static step buffers
+(runtime/step.StepInputs): the whole step, from the embedding through every layer, the final norm, the LM head
+and the argmax. The smallest bucket that holds the batch is replayed; padding sequences write nothing (slot -1,
+context length 0). Prefill runs eagerly, in chunks of at most `prefill_chunk` tokens. The scheduler's choices
+(who runs, which tokens) come in as StepBatch; nothing here decides policy.
+
+`step_shapes` lists every step shape the runner launches, so that the build can record the kernel instances a
+runner will ask for (build_engine/step_kernels.py) by running these same steps on meta tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from atlas.plugins_trt.attention.triton_decode import default_num_splits
+from atlas.runtime.block_manager import BlockManager
+from atlas.runtime.config import GDN, ModelConfig
+from atlas.runtime.cuda_ops import CudaOps
+from atlas.runtime.kv_cache import KV_DTYPES, KVCache
+from atlas.runtime.paged_model import PagedModel
+from atlas.runtime.step import StepBatch, StepInputs
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+PREFILL_Q_LENS = (2, 3, 4, 5, 8, 16, 64, 256, 512)
+"""Query lengths whose prefill-attention tiles the build compiles (each picks a tile; longer chunks take the last)."""
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """Fixed at build (the step kernels are compiled for them) and stored in the manifest."""
+
+    max_batch: int = 32
+    block_size: int = 16
+    kv_cache_dtype: str = "bfloat16"
+    """bfloat16 | fp8 (E4M3, one scale per tensor)."""
+    prefill_chunk: int = 512
+    max_seq_len: int = 4096
+
+    def __post_init__(self):
+        if self.kv_cache_dtype not in ("bfloat16", "fp8"):
+            raise ValueError(f"kv_cache_dtype must be bfloat16 or fp8, got {self.kv_cache_dtype!r}")
+        if self.max_batch < 1 or self.max_batch > BATCH_BUCKETS[-1]:
+            raise ValueError(f"max_batch must be in 1..{BATCH_BUCKETS[-1]}, got {self.max_batch}")
+        if self.prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be positive, got {self.prefill_chunk}")
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        return tuple(b for b in BATCH_BUCKETS if b < self.max_batch) + (
+            next(b for b in BATCH_BUCKETS if b >= self.max_batch),)
+
+    @property
+    def max_blocks(self) -> int:
+        return -(-self.max_seq_len // self.block_size)
+
+    def num_splits(self, config: ModelConfig, bucket: int) -> int:
+        """The decode attention's splits over the context for a batch bucket (fixed in its graph)."""
+        return default_num_splits(bucket, config.num_kv_heads, self.max_seq_len)
+
+    def to_dict(self) -> dict:
+        return dict(max_batch=self.max_batch, block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
+                    prefill_chunk=self.prefill_chunk, max_seq_len=self.max_seq_len)
+
+
+def step_shapes(options: RunnerOptions) -> list[tuple[int, int]]:
+    """(sequences, tokens a sequence) of every step the runner launches: the decode buckets, then prefill chunks."""
+    longest = min(options.prefill_chunk, options.max_seq_len)
+    return [(b, 1) for b in options.buckets] + [(1, q) for q in PREFILL_Q_LENS if q <= longest]
+
+
+def synthetic_step(batch: int, q_len: int, options: RunnerOptions, device) -> StepInputs:
+    """A step of `batch` sequences of q_len new tokens each, in a bucket's shape (for capture and recording)."""
+    blocks = BlockManager(batch * options.max_blocks, options.block_size)
+    return StepInputs.build(StepBatch(tuple(range(batch)), ((0,) * q_len,) * batch), blocks, options.max_blocks,
+                            device=device)
+
+
+class ModelRunner:
+    def __init__(self, engine, options: RunnerOptions | None = None, memory_fraction: float = 0.9,
+                 num_blocks: int | None = None):
+        """engine: a CudaEngine (runtime/cuda_engine.py). num_blocks: the KV pool's size (default: what
+        memory_fraction of the free GPU memory holds once the weights are loaded)."""
+        c = engine.config
+        if GDN in c.layer_types:
+            raise NotImplementedError("the GPU runner serves attention-only models for now")
+        self.c = c
+        self.options = options or RunnerOptions(**engine.runtime_options)
+        self.engine = engine
+        self.ops = CudaOps(c, engine.aot)
+        self.model = PagedModel(c, engine.weights, ops=self.ops, linear=engine.linear)
+        o = self.options
+        dtype = KV_DTYPES[o.kv_cache_dtype]
+        if num_blocks is None:
+            free, _ = torch.cuda.mem_get_info()
+            per_block = KVCache.bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, dtype) * o.block_size
+            num_blocks = int(free * memory_fraction) // per_block
+        if num_blocks < o.max_blocks:
+            raise MemoryError(f"the KV pool would hold {num_blocks} blocks of {o.block_size} tokens, fewer than one "
+                              f"sequence of {o.max_seq_len} tokens needs; free GPU memory or lower max_seq_len")
+        scales = [(1.0, 1.0)] * c.num_layers if dtype == torch.float8_e4m3fn else None
+        self.kv = KVCache.allocate(c.num_layers, num_blocks, o.block_size, c.num_kv_heads, c.head_dim, dtype,
+                                   device="cuda", scales=scales)
+        self.blocks = BlockManager(num_blocks, o.block_size)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, StepInputs, torch.Tensor]] = {}
+
+    def _forward_ids(self, step: StepInputs, bucket: int) -> torch.Tensor:
+        """Next-token ids [B] (int32) of a step: the model, then the argmax."""
+        self.ops.num_splits = self.options.num_splits(self.c, bucket)
+        return self.ops.argmax(self.model.forward(step, self.kv, None))
+
+    def step(self, batch: StepBatch) -> list[int]:
+        """Run one step (reserving its KV slots); the greedy next token of each sequence.
+
+        Decode steps replay the captured graph of the smallest bucket that holds them (eager when none is
+        captured); prefill runs eagerly, one chunk a call (the caller splits prompts into prefill_chunk tokens).
+        """
+        q = max(len(t) for t in batch.tokens)
+        if q > self.options.prefill_chunk:
+            raise ValueError(f"a step brings at most prefill_chunk = {self.options.prefill_chunk} tokens a sequence, "
+                             f"got {q}; split the prompt into chunks")
+        bucket = next(b for b in self.options.buckets if b >= len(batch.seq_ids))
+        if q == 1 and bucket in self.graphs:
+            graph, static, out = self.graphs[bucket]
+            StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda", pad_to=bucket).copy_into(static)
+            graph.replay()
+            return out[:len(batch.seq_ids)].tolist()
+        step = StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda")
+        return self._forward_ids(step, bucket)[:len(batch.seq_ids)].tolist()
+
+    def capture(self) -> None:
+        """Capture one decode graph per batch bucket (after a warm-up launch of each, off the default stream)."""
+        for bucket in self.options.buckets:
+            static = synthetic_step(bucket, 1, self.options, "cuda")
+            static.slot_mapping.fill_(-1)  # capture writes nothing into the pool
+            static.context_lens.zero_()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self._forward_ids(static, bucket)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self._forward_ids(static, bucket)
+            self.graphs[bucket] = (graph, static, out)
+
+    def free(self, seq_id: int) -> None:
+        self.blocks.free(seq_id)
