@@ -22,6 +22,7 @@ from atlas.runtime.config import GDN, ModelConfig
 from atlas.runtime.cuda_ops import CudaOps
 from atlas.runtime.kv_cache import KV_DTYPES, KVCache
 from atlas.runtime.paged_model import PagedModel
+from atlas.runtime.state_pool import StatePool
 from atlas.runtime.step import StepBatch, StepInputs
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -85,8 +86,6 @@ class ModelRunner:
         """engine: a CudaEngine (runtime/cuda_engine.py). num_blocks: the KV pool's size (default: what
         memory_fraction of the free GPU memory holds once the weights are loaded)."""
         c = engine.config
-        if GDN in c.layer_types:
-            raise NotImplementedError("the GPU runner serves attention-only models for now")
         self.c = c
         self.options = options or RunnerOptions(**engine.runtime_options)
         self.engine = engine
@@ -94,15 +93,21 @@ class ModelRunner:
         self.model = PagedModel(c, engine.weights, ops=self.ops, linear=engine.linear)
         o = self.options
         dtype = KV_DTYPES[o.kv_cache_dtype]
+        # recurrent state: one slot a running sequence (padding rows carry slot -1 and touch none)
+        self.states = StatePool(c, o.buckets[-1], device="cuda") if GDN in c.layer_types else None
+        self.slots: dict[int, int] = {}
+        """sequence id -> its recurrent-state slot (hybrid models)."""
         if num_blocks is None:
             free, _ = torch.cuda.mem_get_info()
-            per_block = KVCache.bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, dtype) * o.block_size
+            per_block = KVCache.bytes_per_token(sum(kind != GDN for kind in c.layer_types), c.num_kv_heads,
+                                                c.head_dim, dtype) * o.block_size
             num_blocks = int(free * memory_fraction) // per_block
         if num_blocks < o.max_blocks:
             raise MemoryError(f"the KV pool would hold {num_blocks} blocks of {o.block_size} tokens, fewer than one "
                               f"sequence of {o.max_seq_len} tokens needs; free GPU memory or lower max_seq_len")
-        scales = [(1.0, 1.0)] * c.num_layers if dtype == torch.float8_e4m3fn else None
-        self.kv = KVCache.allocate(c.num_layers, num_blocks, o.block_size, c.num_kv_heads, c.head_dim, dtype,
+        scales = [(1.0, 1.0)] * sum(kind != GDN for kind in c.layer_types) if dtype == torch.float8_e4m3fn else None
+        attn_layers = sum(kind != GDN for kind in c.layer_types)
+        self.kv = KVCache.allocate(attn_layers, num_blocks, o.block_size, c.num_kv_heads, c.head_dim, dtype,
                                    device="cuda", scales=scales)
         self.blocks = BlockManager(num_blocks, o.block_size)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, StepInputs, torch.Tensor]] = {}
@@ -110,7 +115,7 @@ class ModelRunner:
     def _forward_ids(self, step: StepInputs, bucket: int) -> torch.Tensor:
         """Next-token ids [B] (int32) of a step: the model, then the argmax."""
         self.ops.num_splits = self.options.num_splits(self.c, bucket)
-        return self.ops.argmax(self.model.forward(step, self.kv, None))
+        return self.ops.argmax(self.model.forward(step, self.kv, self.states))
 
     def step(self, batch: StepBatch) -> list[int]:
         """Run one step (reserving its KV slots); the greedy next token of each sequence.
@@ -118,6 +123,11 @@ class ModelRunner:
         Decode steps replay the captured graph of the smallest bucket that holds them (eager when none is
         captured); prefill runs eagerly, one chunk a call (the caller splits prompts into prefill_chunk tokens).
         """
+        if self.states is not None:  # a new sequence takes a zeroed recurrent-state slot
+            for s in batch.seq_ids:
+                if s not in self.slots:
+                    self.slots[s] = self.states.acquire()
+            batch = StepBatch(batch.seq_ids, batch.tokens, tuple(self.slots[s] for s in batch.seq_ids))
         q = max(len(t) for t in batch.tokens)
         if q > self.options.prefill_chunk:
             raise ValueError(f"a step brings at most prefill_chunk = {self.options.prefill_chunk} tokens a sequence, "
@@ -148,4 +158,7 @@ class ModelRunner:
             self.graphs[bucket] = (graph, static, out)
 
     def free(self, seq_id: int) -> None:
+        """A finished (or preempted) sequence gives back its KV blocks and its state slot."""
         self.blocks.free(seq_id)
+        if seq_id in self.slots:
+            self.states.release(self.slots.pop(seq_id))
