@@ -120,5 +120,53 @@ def logits(engine_dir, token_ids, output, no_verify):
     click.echo(f"wrote logits {list(values.shape)} to {output}", err=True)
 
 
+BENCH_EXAMPLES = """
+Example (an engine built with --device cuda):
+
+  atlas-run bench engines/llama-8b-nvfp4 --batch-sizes 1,8,32 --prompt-len 512 --gen-len 256 --json > bench.json
+"""
+
+
+@main.command(epilog=BENCH_EXAMPLES)
+@click.argument("engine_dir", type=click.Path(path_type=Path))
+@click.option("--batch-sizes", default="1,8,32", show_default=True, help="Comma-separated batch sizes.")
+@click.option("--prompt-len", type=int, default=512, show_default=True, help="Prompt tokens a sequence.")
+@click.option("--gen-len", type=int, default=256, show_default=True, help="Generated tokens a sequence.")
+@click.option("--repeats", type=int, default=3, show_default=True, help="Runs per batch size (medians reported).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--no-verify", is_flag=True, help="Skip the SHA-256 check of the engine's files at load.")
+def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_verify):
+    """Decode speed of a GPU engine: TTFT, TPOT, tokens/s and the fraction of the memory-bandwidth floor."""
+    import json
+
+    from atlas.runtime.bench import bench as run_bench
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.model_runner import ModelRunner
+
+    try:
+        sizes = [int(b) for b in batch_sizes.split(",") if b.strip()]
+    except ValueError:
+        _fail(ValueError(f"--batch-sizes takes comma-separated integers, got {batch_sizes!r}"))
+    if not sizes or min(sizes) < 1 or prompt_len < 1 or gen_len < 1 or repeats < 1:
+        _fail(ValueError("batch sizes, --prompt-len, --gen-len and --repeats must be positive"))
+    try:
+        runner = ModelRunner(load_cuda_engine(engine_dir, verify_checksums=not no_verify))
+        if max(sizes) > runner.options.buckets[-1]:
+            _fail(ValueError(f"batch size {max(sizes)} exceeds the engine's --max-batch "
+                             f"{runner.options.max_batch}; rebuild with a larger --max-batch"))
+        runner.capture()
+        result = run_bench(runner, sizes, prompt_len, gen_len, repeats)
+    except (AtlasError, ValueError, MemoryError) as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{result['device']}, copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s")
+    click.echo(f"{'batch':>5} {'TTFT ms':>9} {'TPOT ms':>9} {'tok/s':>9} {'floor':>7}")
+    for c in result["cases"]:
+        click.echo(f"{c['batch']:>5} {c['ttft_s'] * 1e3:>9.1f} {c['tpot_s'] * 1e3:>9.2f} {c['tokens_per_s']:>9.1f} "
+                   f"{c['floor_fraction']:>7.1%}")
+
+
 if __name__ == "__main__":
     main()

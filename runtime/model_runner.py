@@ -132,6 +132,9 @@ class ModelRunner:
         if q > self.options.prefill_chunk:
             raise ValueError(f"a step brings at most prefill_chunk = {self.options.prefill_chunk} tokens a sequence, "
                              f"got {q}; split the prompt into chunks")
+        if len(batch.seq_ids) > self.options.buckets[-1]:
+            raise ValueError(f"a step runs at most {self.options.buckets[-1]} sequences (the engine's --max-batch), "
+                             f"got {len(batch.seq_ids)}")
         bucket = next(b for b in self.options.buckets if b >= len(batch.seq_ids))
         if q == 1 and bucket in self.graphs:
             graph, static, out = self.graphs[bucket]
