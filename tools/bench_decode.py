@@ -1,0 +1,170 @@
+"""Decode benchmark on the GPU box: Atlas engines of real-shape synthetic checkpoints beside Hugging Face transformers
+on the same weights, in the same run (issue 6's figures; writes tools/results/decode.json).
+
+    python -m atlas.tools.bench_decode --out $OUT/decode.json [--cases llama-3.1-8b:bfloat16,...] [--work /tmp/atlas]
+
+For each case: build the engine from `synthetic:<preset>` (tensors generated on demand, no checkpoint on disk),
+run `atlas-run bench`'s measurement (runtime/bench.py: batch sizes, 512-token prompts, 256 generated tokens,
+median of repeats, against the copy bandwidth measured in the run), delete the engine; then, once per preset, the
+peer: transformers' model in bfloat16 with the same tensors (SyntheticCheckpoint of the same seed; the hybrid's
+Gated DeltaNet layers through flash-linear-attention when it is importable, as the results record), greedy
+`generate` at batch 1 with the same prompt and generated lengths.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import click
+import torch
+
+CASES = ("llama-3.1-8b:bfloat16", "llama-3.1-8b:fp8", "llama-3.1-8b:nvfp4", "qwen3.5-27b:bfloat16",
+         "qwen3.5-27b:nvfp4")
+HYBRID = ("qwen3.5-27b",)
+SUMMARY = {  # summary key -> (case, batch)
+    "bf16_b1_floor_fraction": ("llama-3.1-8b:bfloat16", 1),
+    "nvfp4_b1_floor_fraction": ("llama-3.1-8b:nvfp4", 1),
+    "hybrid_bf16_b1_floor_fraction": ("qwen3.5-27b:bfloat16", 1),
+    "hybrid_nvfp4_b1_floor_fraction": ("qwen3.5-27b:nvfp4", 1),
+}
+
+
+def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int) -> dict:
+    from atlas.build_engine.builder import BuildConfig, build
+    from atlas.runtime.bench import bench
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.model_runner import ModelRunner
+
+    preset, dtype = case.split(":")
+    out = work / case.replace(":", "-")
+    t0 = time.perf_counter()
+    build(BuildConfig(f"synthetic:{preset}", out, dtype=dtype, device="cuda", onnx=False, overwrite=True,
+                      max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes), progress=False))
+    build_s = time.perf_counter() - t0
+    runner = None
+    try:
+        runner = ModelRunner(load_cuda_engine(out, verify_checksums=False))
+        runner.capture()
+        result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        runner = None
+        gc.collect()
+        torch.cuda.empty_cache()
+    return {"case": case, "preset": preset, "dtype": dtype, "build_seconds": build_s, **result}
+
+
+def hf_model(preset: str):
+    """transformers' model for the preset in bfloat16 on the GPU, with the synthetic checkpoint's tensors."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from atlas.tools.synthetic import SyntheticCheckpoint
+
+    ckpt = SyntheticCheckpoint(preset)
+    config = AutoConfig.for_model(**ckpt.config)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    names = set(ckpt.tensor_names())
+    params = dict(model.named_parameters())
+    missing = sorted(set(params) - names)
+    if missing:
+        raise RuntimeError(f"transformers' model has parameters the synthetic checkpoint lacks: {missing[:5]}")
+    with torch.no_grad():
+        for name, param in params.items():  # one tensor at a time: the 27B model fits once, not twice
+            param.copy_(ckpt.get(name))
+    return model.eval()
+
+
+def hf_case(preset: str, prompt_len: int, gen_len: int, repeats: int) -> dict:
+    """Greedy generation at batch 1: TTFT (one new token) and decode tok/s (the rest), medians over repeats."""
+    model = hf_model(preset)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.get_text_config().vocab_size, (1, prompt_len), generator=g).cuda()
+    kwargs = dict(do_sample=False, min_new_tokens=gen_len, max_new_tokens=gen_len, pad_token_id=0)
+    model.generate(ids, **{**kwargs, "min_new_tokens": 4, "max_new_tokens": 4})  # warm-up
+    ttfts, tpots = [], []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model.generate(ids, **{**kwargs, "min_new_tokens": 1, "max_new_tokens": 1})
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        model.generate(ids, **kwargs)
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        ttfts.append(t1 - t0)
+        tpots.append((t2 - t1 - (t1 - t0)) / (gen_len - 1))
+    fla = _fla_version() if preset in HYBRID else None
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    tpot = statistics.median(tpots)
+    return {"preset": preset, "batch": 1, "ttft_s": statistics.median(ttfts), "tpot_s": tpot,
+            "tokens_per_s": 1 / tpot, "flash_linear_attention": fla}
+
+
+def _fla_version() -> str | None:
+    try:
+        import fla
+    except ImportError:
+        return None
+    return getattr(fla, "__version__", "?")
+
+
+def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
+    """The issue's summary keys (absent where their case did not run) and the smallest speedup over transformers."""
+    def case(name: str, batch: int):
+        for r in atlas:
+            for c in r["cases"]:
+                if r["case"] == name and c["batch"] == batch:
+                    return c
+        return None
+
+    out = {}
+    for key, (name, batch) in SUMMARY.items():
+        c = case(name, batch)
+        if c is not None:
+            out[key] = c["floor_fraction"]
+    speedups = {r["case"]: case(r["case"], 1)["tokens_per_s"] / hf[r["preset"]]["tokens_per_s"]
+                for r in atlas if r["preset"] in hf and case(r["case"], 1)}
+    if speedups:
+        out["min_speedup_vs_hf"] = min(speedups.values())
+        out["speedup_vs_hf"] = speedups
+    return out
+
+
+@click.command()
+@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
+@click.option("--cases", default=",".join(CASES), show_default=True, help="preset:dtype, comma-separated.")
+@click.option("--batch-sizes", default="1,8,32", show_default=True)
+@click.option("--prompt-len", type=int, default=512, show_default=True)
+@click.option("--gen-len", type=int, default=256, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/atlas-bench"), show_default=True)
+@click.option("--no-hf", is_flag=True, help="Skip the transformers peer.")
+def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, no_hf):
+    from atlas.tools.bench.timing import device_info
+
+    sizes = [int(b) for b in batch_sizes.split(",")]
+    names = [c.strip() for c in cases.split(",") if c.strip()]
+    result = {**device_info(), "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats,
+              "atlas": [], "hf": {}}
+    for name in names:  # written after every case: a later failure keeps what ran
+        result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats))
+        preset = name.split(":")[0]
+        if not no_hf and preset not in result["hf"]:
+            result["hf"][preset] = hf_case(preset, prompt_len, gen_len, repeats)
+        result["summary"] = summarize(result["atlas"], result["hf"])
+        out_path.write_text(json.dumps(result, indent=2) + "\n")
+        click.echo(f"{name}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s "
+                                           f"({c['floor_fraction']:.1%} of floor)" for c in result["atlas"][-1]["cases"]))
+    click.echo(json.dumps(result.get("summary", {}), indent=2))
+
+
+if __name__ == "__main__":
+    main()
