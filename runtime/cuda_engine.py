@@ -1,6 +1,7 @@
 """An engine built with `atlas-build --device cuda`, loaded onto the GPU: weights in their stored formats, the kernel
 table, the linears' kernel plans and the step kernels' instances. Nothing is compiled or converted beyond the dtype
-of unquantized tensors (activations are bf16)."""
+of unquantized tensors: bf16 (the activations' dtype), except the Gated DeltaNet vectors the kernels read in fp32
+(GDN_FP32)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ from atlas.runtime.layers.linear_cuda import CudaLinear
 
 ACT_DTYPE = torch.bfloat16
 SCALES = ("weight_scale", "weight_scale_2")
+GDN_FP32 = (".gdn.A_log", ".gdn.dt_bias", ".gdn.norm.weight")
+"""Name endings of the GDN tensors kept fp32: the decay and gate constants and the gated norm's weight, which the
+GDN kernels were compiled to read as fp32 (build_engine/gdn_kernels.py, step_kernels.py); the conv weight is bf16."""
+
+
+def loaded_dtype(key: str, stored: torch.dtype, quantized: set[str]) -> torch.dtype:
+    """The dtype an engine tensor is kept in on the GPU: as stored for a quantized linear's weight and scales
+    (quantized: those linears' prefixes) and for integer tensors, fp32 for GDN_FP32, bf16 for every other float."""
+    prefix, _, leaf = key.rpartition(".")
+    if (prefix in quantized and leaf in ("weight", *SCALES)) or not stored.is_floating_point:
+        return stored
+    return torch.float32 if key.endswith(GDN_FP32) else ACT_DTYPE
 
 
 @dataclass
@@ -28,7 +41,8 @@ class CudaEngine:
     manifest: dict
     config: ModelConfig
     weights: dict[str, torch.Tensor]
-    """Canonical name -> GPU tensor: quantized linears as stored (packed weight + scales), the rest bf16."""
+    """Canonical name -> GPU tensor: quantized linears as stored (packed weight + scales), GDN_FP32 tensors fp32, the
+    rest bf16."""
     kernels: KernelTable
     aot: AotKernels
     """The step kernels' compiled instances (manifest["step_kernels"]["instances"])."""
@@ -77,8 +91,6 @@ def load_cuda_engine(path: str | Path, verify_checksums: bool = True) -> CudaEng
         except (SafetensorError, OSError) as e:
             raise EngineError(f"cannot read engine file {name}: {e}; {rebuild_hint(manifest)}") from None
         for key, t in stored.items():
-            prefix, _, leaf = key.rpartition(".")
-            keep = prefix in quantized and (leaf in ("weight", *SCALES))
-            weights[key] = (t if keep or not t.is_floating_point() else t.to(ACT_DTYPE)).cuda()
+            weights[key] = t.to(loaded_dtype(key, t.dtype, quantized)).cuda()
     aot = AotKernels(kernels, manifest["step_kernels"]["instances"])
     return CudaEngine(path, manifest, config, weights, kernels, aot)

@@ -3,7 +3,11 @@
 Same methods and results as runtime/paged_model.ReferenceOps (the model composes either). Every launch goes through
 the plugins' `launch_*` functions with `aot=`: the engine's precompiled instances (atlas.plugins_trt.launch), or a
 recorder at build time, which calls these same methods on meta tensors to learn which instances to compile. Nothing
-here reads a device value on the host, so a step records into a CUDA graph.
+here reads a device value on the host (sizes come from tensor shapes and StepInputs' host ints), so a step records
+into a CUDA graph.
+
+The GDN kernels run on what runtime/cuda_engine.py loads and build_engine/step_kernels.py records: bf16 activations,
+conv weight and conv windows; fp32 recurrent states, A_log, dt_bias and gated-norm weight.
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ import torch
 from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
 from atlas.plugins_trt.attention.triton_decode import launch_paged_decode
 from atlas.plugins_trt.attention.triton_prefill import launch_paged_prefill
+from atlas.plugins_trt.causal_conv1d.triton_conv import launch_conv_varlen
 from atlas.plugins_trt.embedding.triton_embed import launch_embedding
-from atlas.plugins_trt.rms_norm.triton_norm import launch_rms_norm
+from atlas.plugins_trt.gated_delta_net.triton_chunk import launch_chunk_gdn, padded_chunk_plan
+from atlas.plugins_trt.gated_delta_net.triton_decode import launch_gdn_decode
+from atlas.plugins_trt.rms_norm.triton_norm import launch_gated_rms_norm, launch_rms_norm
 from atlas.plugins_trt.rope.reference import rope_inv_freq
 from atlas.plugins_trt.rope.triton_rope import launch_qkv_rope
 from atlas.plugins_trt.sampling.triton_sampling import launch_argmax
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.kv_cache import LayerKV
+from atlas.runtime.state_pool import LayerState
 from atlas.runtime.step import StepInputs
 
 
@@ -27,13 +35,11 @@ class CudaOps:
     def __init__(self, config: ModelConfig, aot, device: torch.device | str = "cuda", num_splits: int = 1):
         """aot: AotKernels of the engine (or a KernelRecorder at build). num_splits: the decode attention's
         splits over the context (fixed per captured graph; see ModelRunner)."""
-        if any(kind != "attention" for kind in config.layer_types):
-            raise NotImplementedError("the GPU step runs attention-only models for now; hybrid (Gated DeltaNet) "
-                                      "models run on the CPU reference path")
         self.c = config
         self.aot = aot
         self.num_splits = num_splits
         self.inv_freq = rope_inv_freq(config.rotary_dim, config.rope_theta, config.rope_scaling).to(device)
+        self._chunks: tuple[tuple, dict] | None = None  # (sizes, padded_chunk_plan): shared by a step's GDN layers
 
     def embed(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return launch_embedding(table, ids, aot=self.aot)
@@ -65,8 +71,41 @@ class CudaOps:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         return launch_silu_mul(gate_up, aot=self.aot)
 
-    def gdn(self, *args):
-        raise NotImplementedError("Gated DeltaNet layers are not on the GPU step yet")
+    def gdn(self, proj: torch.Tensor, layer, pool: LayerState, step: StepInputs) -> torch.Tensor:
+        """in_proj output [T, gdn_in_proj_size] -> gated-normed o [T, gdn_value_size]; advances each sequence's conv
+        window and recurrent state in its slot (layer: runtime/paged_model.PagedGDN). State slot -1 (padding): its
+        slots untouched, its rows of o left unwritten (as ReferenceOps, which skips them too)."""
+        c = self.c
+        T = proj.shape[0]
+        C, V, HV = c.gdn_conv_size, c.gdn_value_size, c.linear_num_value_heads
+        # proj rows [q | k | v | z | b | a] (PagedGDN.split): the kernels read column views at the row stride of the
+        # fused projection; z, b and a may start off a 16-byte boundary (the launchers name them `unaligned`)
+        mixed = proj[:, :C]  # mixed: [T, C] the conv inputs
+        z = proj[:, C:C + V]
+        b = proj[:, C + V:C + V + HV]
+        a = proj[:, C + V + HV:]
+        if step.max_q_len == 1:  # decode: one token a sequence, conv + gating + delta rule + gated norm fused
+            o = launch_gdn_decode(mixed, a, b, layer.conv_weight, layer.A_log, layer.dt_bias, pool.window,
+                                  pool.state, step.state_slots, c.linear_num_key_heads, z=z, norm_weight=layer.norm,
+                                  norm_eps=c.rms_norm_eps, aot=self.aot)  # o: [T, HV, DV]
+            return o.view(T, V)
+        # prefill chunks (several sequences packed by cu_q), each from its slot's window and state: the conv, the
+        # chunked delta rule, then the gated norm
+        N = step.state_slots.numel()
+        x = launch_conv_varlen(mixed, step.cu_q, pool.window, step.state_slots, layer.conv_weight,
+                               max_seqlen=step.max_q_len, aot=self.aot)  # x: [T, C] silu(conv) rows [q | k | v]
+        K = c.gdn_key_size
+        work = dict(self._chunk_plan(N, step.max_q_len, proj.device))  # the stages' buffers are added to a copy
+        o, _ = launch_chunk_gdn(x[:, :K], x[:, K:2 * K], x[:, 2 * K:], a, b, layer.A_log, layer.dt_bias, pool.state,
+                                step.state_slots, step.cu_q, work=work, aot=self.aot)  # o: [T, HV, DV]
+        return launch_gated_rms_norm(o.view(T, V), z, layer.norm, c.rms_norm_eps, aot=self.aot)
+
+    def _chunk_plan(self, num_seqs: int, max_q_len: int, device) -> dict:
+        """The chunk rows of a prefill step from its host sizes (no device read), made once for all its GDN layers."""
+        key = (num_seqs, max_q_len, str(device))
+        if self._chunks is None or self._chunks[0] != key:
+            self._chunks = (key, padded_chunk_plan(num_seqs, max_q_len, device))
+        return self._chunks[1]
 
     def argmax(self, logits: torch.Tensor) -> torch.Tensor:
         return launch_argmax(logits, aot=self.aot)

@@ -14,8 +14,10 @@ raw inputs into a keep buffer `[B, T, C]`; the commit slides the window by the a
 reading [window | keep[:n]]. Keeping the inputs (T·C values) is cheaper than keeping T windows
 ((KW-1)·T·C) and rolls back exactly: n = 0 leaves the window as it was.
 
-Every kernel takes pointers, ints and constexprs only (they are compiled ahead of time);
-`launch_*` are the JIT wrappers the tests and benchmarks use.
+Every kernel takes pointers, ints and constexprs only (they are compiled ahead of time). `launch_conv_varlen` (the
+GPU step's prefill conv) launches through atlas.plugins_trt.launch: JIT, or the engine's cubins with `aot=`; the
+other `launch_*` are JIT wrappers for the tests and benchmarks (the decode step's conv is fused into
+gated_delta_net/triton_recurrent.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 
 @triton.jit
@@ -179,11 +183,15 @@ def _check_rows(name: str, t: torch.Tensor, C: int):
 def launch_conv_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, window: torch.Tensor, slots: torch.Tensor,
                        weight: torch.Tensor, bias: torch.Tensor | None = None, max_seqlen: int | None = None,
                        out: torch.Tensor | None = None, BT: int = 32, BC: int = 64, num_warps: int = 4,
-                       chan_first: bool = True) -> torch.Tensor:
+                       chan_first: bool = True, aot=None) -> torch.Tensor:
     """Prefill conv over packed sequences; updates each sequence's window in `window` in place.
 
     x: [total_T, C] (any row stride); cu_seqlens int32 [N+1]; window [num_slots, C, KW-1];
-    slots int32 [N] (distinct); weight [C, KW]. Returns y [total_T, C] in x's dtype.
+    slots int32 [N] (distinct; negative: the sequence is skipped, its rows of y left unwritten); weight [C, KW].
+    max_seqlen: the longest sequence, or any bound on it (it sizes the grid); None reads it from cu_seqlens on the
+    host (a device sync: the GPU step passes it).
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    Returns y [total_T, C] in x's dtype.
     chan_first: channel blocks vary fastest over the grid (fla's order): neighbouring programs read the same rows.
     H200, C 10240, T 32768 (tools/results/gdn_stages_32768.json): 706 us against 828 with time blocks fastest.
     """
@@ -198,10 +206,14 @@ def launch_conv_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, window: torch.
     if N == 0 or max_seqlen == 0:
         return y
     grid = (N, triton.cdiv(max_seqlen, BT), triton.cdiv(C, BC))
-    conv_varlen_kernel[grid[::-1] if chan_first else grid](
-        x, x.stride(0), y, y.stride(0), weight, bias if bias is not None else weight, window, cu_seqlens, slots, C,
-        KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=bias is not None, CHAN_FIRST=chan_first,
-        num_warps=num_warps)
+    # every pointer is compiled as 16-byte aligned (as signature_conv_varlen): the GPU step's x is column 0 of the
+    # in_proj output
+    launch(conv_varlen_kernel, grid[::-1] if chan_first else grid,
+           (x, x.stride(0), y, y.stride(0), weight, bias if bias is not None else weight, window, cu_seqlens, slots,
+            C),
+           dict(KW=KW, WP=triton.next_power_of_2(KW - 1), BT=BT, BC=BC, HAS_BIAS=bias is not None,
+                CHAN_FIRST=chan_first),
+           num_warps, JIT_DEFAULT_STAGES, aot=aot)
     return y
 
 

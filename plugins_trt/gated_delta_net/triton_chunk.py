@@ -35,6 +35,7 @@ from atlas.plugins_trt.gated_delta_net.triton_chunk_out import chunk_out_kernel
 from atlas.plugins_trt.gated_delta_net.triton_chunk_state_halves import chunk_state_halves_kernel
 from atlas.plugins_trt.gated_delta_net.triton_chunk_wy import chunk_wu_kernel, chunk_wy_kernel
 from atlas.plugins_trt.gated_delta_net.triton_chunk_wy_sliced import chunk_wy_sliced_kernel
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 CHUNK = 64
 
@@ -132,6 +133,18 @@ def chunk_plan(cu_seqlens_host: list[int], device, BT: int = CHUNK) -> dict:
             "chunk_first": torch.tensor(first, dtype=torch.int32, device=device)}
 
 
+def padded_chunk_plan(num_seqs: int, max_len: int, device, BT: int = CHUNK) -> dict:
+    """A chunk plan from host sizes only, for a batch whose lengths stay on the device (the GPU step): every
+    sequence gets M = cdiv(max_len, BT) chunk rows, sequence n's chunk c at row n·M + c (`chunks` int32
+    [num_seqs·M, 2], `chunk_first` int32 [num_seqs] = n·M). Rows past a sequence's end are empty chunks: every
+    stage masks its rows by the tokens left (none), so they write nothing; stage 2 walks only the real ones.
+    max_len: the longest sequence or any bound on it. Costs (M - own chunks) idle programs a sequence."""
+    M = triton.cdiv(max_len, BT)
+    i = torch.arange(num_seqs * M, dtype=torch.int32, device=device)
+    return {"chunks": torch.stack((i // M, i % M), dim=1),
+            "chunk_first": torch.arange(num_seqs, dtype=torch.int32, device=device) * M}
+
+
 WY_SLICE = 32
 """Column slice of the default stage 1 (chunk_wy_sliced_kernel), at 2 warps: the setting of the end-to-end prefill
 times in tools/results/gdn.json. Per launch 1 warp is faster (1432 us against 1612, 27B, T 32768,
@@ -149,7 +162,7 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
                      BV_out: int = 64, num_warps: tuple[int, int, int] = (2, 4, 4), num_stages: int = STATE_STAGES,
                      split_wy: bool = False, wu_warps: int = 4, reload_k: bool = False, wy_slice: int = WY_SLICE,
                      wy_warps: int | None = None, wy_inverse: bool = False, state_acc_dot: bool = True,
-                     state_halves: bool = False, out_heads: bool = False, out_head_stages: int = 2):
+                     state_halves: bool = False, out_heads: bool = False, out_head_stages: int = 2, aot=None):
     """Chunked prefill of N packed sequences from their slot states; final states written back.
 
     q, k: [total_T, HK*DK]; v: [total_T, HV*DV] (views into the conv output are fine: any row stride);
@@ -157,8 +170,8 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     [num_slots, HV, DK, DV]; slots int32 [N] (distinct); cu_seqlens int32 [N+1] and its host copy.
     snapshot_every > 0 (a multiple of 64): also returns the states after every snapshot_every tokens of
     each sequence, [sum_n floor(T_n / snapshot_every), HV, DK, DV], sequence by sequence.
-    work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan`; "w", "u",
-    "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
+    work: preallocated buffers for graph capture ("chunks", "chunk_first" from `chunk_plan` or `padded_chunk_plan`;
+    "w", "u", "G", "RQ", "RK", "H", "dv"; whatever is missing is allocated and added to it). num_warps: of the
     three stages. Stage 1 is chunk_wy_sliced_kernel (keys and values wy_slice = 32 columns at a time, at wy_warps
     or num_warps[0] = 2 warps): the fastest stage-1 form in all six prefill cases of the H200 benchmark
     (tools/results/gdn.json). wy_slice = 0, split_wy or reload_k: the kernel holding whole key tiles instead.
@@ -171,19 +184,25 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     stage 1. reload_k: the fused stage 1 loads its key tiles again for w instead of holding them. out_heads: stage 3
     with one program per key head, q kᵀ computed once for its value heads (a loop pipelined out_head_stages deep;
     untimed).
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    Host reads: cu_seqlens_host (or cu_seqlens.tolist(), a device sync) is needed only to make the chunk plan and the
+    snapshot offsets; with work["chunks"] and work["chunk_first"] given (padded_chunk_plan) and no snapshots, nothing
+    is read from the device (the GPU step).
     Returns (o [total_T, HV, DV] in q's dtype, snapshots or None).
     """
     total_T = q.shape[0]
     _, HV, DK, DV = state.shape
     HK = q.shape[1] // DK
     N = slots.numel()
-    cu = cu_seqlens_host if cu_seqlens_host is not None else [int(t) for t in cu_seqlens.tolist()]
+    work = {} if work is None else work
+    cu = None  # the lengths on the host: read only where the plan or the snapshots need them
+    if "chunks" not in work or snapshot_every:
+        cu = cu_seqlens_host if cu_seqlens_host is not None else [int(t) for t in cu_seqlens.tolist()]
     if snapshot_every and snapshot_every % CHUNK:
         raise ValueError(f"snapshot_every={snapshot_every} must be a multiple of the chunk size {CHUNK}")
     if a.stride(0) != b.stride(0):
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     dev, dt = q.device, q.dtype
-    work = {} if work is None else work
     if "chunks" not in work:
         work.update(chunk_plan(cu, dev))
     NT = work["chunks"].shape[0]
@@ -207,36 +226,44 @@ def launch_chunk_gdn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch
     # fp32 activations (tests) get fp32 products; bf16 ones run bf16 tensor-core products either way
     prec = "ieee" if dt == torch.float32 else "tf32"
     W = work
+    # k, v, a and b are column views (of the conv output, of the in_proj output) at any offset; q is column 0 of the
+    # conv output and every other buffer its own allocation (as the signature_chunk_* functions below compile them)
+    views = ("k", "v", "a", "b")
     if wy_slice and not (split_wy or reload_k):
-        chunk_wy_sliced_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
-                                         dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
-                                         HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4,
-                                         BK=min(wy_slice, DK, DV), DOT_PREC=prec, INV=wy_inverse,
-                                         num_warps=wy_warps or num_warps[0])
+        launch(chunk_wy_sliced_kernel, (NT, HV),
+               (q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens,
+                W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"]),
+               dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, BK=min(wy_slice, DK, DV), DOT_PREC=prec,
+                    INV=wy_inverse),
+               wy_warps or num_warps[0], JIT_DEFAULT_STAGES, aot=aot, unaligned=views)
     else:
-        chunk_wy_kernel[(NT, HV)](q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log,
-                                  dt_bias, cu_seqlens, W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"],
-                                  W["X"] if split_wy else W["w"], HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK,
-                                  BC=CHUNK // 4, num_warps=num_warps[0], DOT_PREC=prec, STORE_X=split_wy,
-                                  RELOAD_K=reload_k)
+        launch(chunk_wy_kernel, (NT, HV),
+               (q, q.stride(0), k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens,
+                W["chunks"], W["w"], W["u"], W["G"], W["RQ"], W["RK"], W["X"] if split_wy else W["w"]),
+               dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BC=CHUNK // 4, DOT_PREC=prec, STORE_X=split_wy,
+                    RELOAD_K=reload_k),
+               num_warps[0], JIT_DEFAULT_STAGES, aot=aot, unaligned=views)
     if split_wy:
-        chunk_wu_kernel[(NT, HV)](k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens,
-                                  W["chunks"], W["X"], W["G"], W["RK"], W["w"], W["u"], HK=HK, HV=HV, DK=DK, DV=DV,
-                                  BT=CHUNK, DOT_PREC=prec, num_warps=wu_warps)
+        launch(chunk_wu_kernel, (NT, HV),
+               (k, k.stride(0), v, v.stride(0), a, b, a.stride(0), A_log, dt_bias, cu_seqlens, W["chunks"], W["X"],
+                W["G"], W["RK"], W["w"], W["u"]),
+               dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, DOT_PREC=prec),
+               wu_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=views)
     BV = BV or pick_bv(DV)
     state_fn = chunk_state_halves_kernel if state_halves else chunk_state_kernel
     extra = {} if state_halves else {"ACC_DOT": state_acc_dot}
-    state_fn[(DV // BV, HV, N)](k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu_seqlens, slots,
-                                          W["chunk_first"], state, W["H"], W["dv"],
-                                          snapshots if snapshot_every else state, snap_first,
-                                          max(snapshot_every, 1), HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV,
-                                          SNAPSHOT=bool(snapshot_every), num_warps=num_warps[1],
-                                          num_stages=num_stages, DOT_PREC=prec, **extra)
+    launch(state_fn, (DV // BV, HV, N),
+           (k, k.stride(0), W["w"], W["u"], W["G"], W["RK"], cu_seqlens, slots, W["chunk_first"], state, W["H"],
+            W["dv"], snapshots if snapshot_every else state, snap_first, max(snapshot_every, 1)),
+           dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BV, SNAPSHOT=bool(snapshot_every), DOT_PREC=prec, **extra),
+           num_warps[1], num_stages, aot=aot, unaligned=("k",))
     BVo = min(BV_out, DV)
-    chunk_out_kernel[(NT, HK if out_heads else HV, DV // BVo)](
-        q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu_seqlens, W["chunks"], W["H"], W["dv"], o,
-        o.stride(0), HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BVo, num_warps=num_warps[2], DOT_PREC=prec,
-        HEADS=out_heads, HEAD_STAGES=out_head_stages)
+    launch(chunk_out_kernel, (NT, HK if out_heads else HV, DV // BVo),
+           (q, q.stride(0), k, k.stride(0), W["G"], W["RQ"], W["RK"], cu_seqlens, W["chunks"], W["H"], W["dv"], o,
+            o.stride(0)),
+           dict(HK=HK, HV=HV, DK=DK, DV=DV, BT=CHUNK, BV=BVo, DOT_PREC=prec, HEADS=out_heads,
+                HEAD_STAGES=out_head_stages),
+           num_warps[2], JIT_DEFAULT_STAGES, aot=aot, unaligned=("k",))
     return o, snapshots
 
 

@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, l2norm_vec
+from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 
 
 @triton.jit
@@ -176,12 +177,20 @@ def _conv4(conv_w, conv_b, chan, e0, e1, e2, x_t, HAS_BIAS: tl.constexpr):
 # ---------------------------------------------------------------------------------------------- launcher
 
 _SYNC: dict[torch.device, torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []
+"""Counters replaced by larger ones. Never freed: a CUDA graph captured at a smaller batch still points at them
+(every launch leaves its counters zero, so an old buffer stays valid for the graphs that hold it)."""
 
 
 def sync_counters(device: torch.device, count: int) -> torch.Tensor:
-    """Zeroed int32 counters for the in-place window slide, at least `count` of them (kept zero by the kernel)."""
+    """Zeroed int32 counters for the in-place window slide, at least `count` of them (kept zero by the kernel).
+
+    The first call for a device (or a larger count) allocates and zeroes them: make it outside CUDA graph capture
+    (a warm-up launch), where the zeroing runs at once rather than at the graph's first replay."""
     buf = _SYNC.get(device)
     if buf is None or buf.numel() < count:
+        if buf is not None:
+            _OUTGROWN.append(buf)
         buf = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
         _SYNC[device] = buf
     return buf
@@ -227,6 +236,11 @@ RECURRENT_MODES = {
 }
 
 
+# a, b and z are column views of the fused in_proj output (any offset); every other pointer is compiled 16-byte
+# aligned (x: the output's column 0)
+_VIEWS = ("a", "b", "z")
+
+
 def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: int, *, BV: int, num_warps: int,
                             num_stages: int = 3, norm_eps: float = 1e-6, act: str = "*bf16",
                             state: str = "*fp32", has_conv_bias: bool = False):
@@ -244,18 +258,21 @@ def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: i
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV,
                  NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias,
                  **{"STORE_DELTAS": False, **RECURRENT_MODES[mode]})
-    return aot_signature_of(gdn_recurrent_kernel, types, const, num_warps, num_stages, unaligned=("a", "b", "z"))
+    return aot_signature_of(gdn_recurrent_kernel, types, const, num_warps, num_stages, unaligned=_VIEWS)
 
 
 def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                      T: int, lens=None, o=None, z=None, norm_weight=None, norm_eps: float = 1e-6, steps=None,
                      keep_x=None, keep_ab=None, deltas=None, in_place: bool, BV: int | None = None,
-                     num_warps: int | None = None):
+                     num_warps: int | None = None, aot=None):
     """Launch gdn_recurrent_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), state [S, HV, DK, DV].
 
     Default tiles (H200 sweep at HV 48, D 128): one token (decode) BV 64 / 4 warps once B·HV fills the
     chip twice, else BV 32 / 4 warps; several tokens (verify, replay) BV 16 / 1 warp, whose reductions
     stay inside a warp and whose many small programs hide the token-to-token latency.
+    aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    Nothing is read from the device on the host: a decode launch records into a CUDA graph (the first launch at a
+    batch may allocate the sync counters: make it outside capture, as ModelRunner's warm-up launch does).
     """
     _, HV, DK, DV = state.shape
     HK = num_k_heads
@@ -267,18 +284,18 @@ def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, st
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     fuse_norm = z is not None
     BV, num_warps = recurrent_config(T, B, HV, DV, fuse_norm, BV, num_warps)
-    dummy = state
+    dummy = state  # stands in for every pointer a constexpr flag keeps the kernel from touching
     grid = (DV // BV, HV, B)
-    gdn_recurrent_kernel[grid](
-        x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
-        A_log, dt_bias, window, state, slots, lens if lens is not None else slots,
-        sync_counters(state.device, B * HK),
-        o if o is not None else dummy, o.stride(0) if o is not None else 0,
-        z if fuse_norm else dummy, z.stride(0) if fuse_norm else 0, norm_weight if fuse_norm else dummy,
-        steps if steps is not None else dummy, keep_x if keep_x is not None else dummy,
-        keep_ab if keep_ab is not None else dummy, *(deltas if deltas is not None else (dummy,) * 3), T,
-        HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV, IN_PLACE=in_place,
-        STORE_STEPS=steps is not None, KEEP_INPUTS=keep_x is not None, STORE_O=o is not None,
-        STORE_DELTAS=deltas is not None,
-        FUSE_NORM=fuse_norm, NORM_EPS=float(norm_eps), HAS_CONV_BIAS=conv_bias is not None,
-        HAS_LENS=lens is not None, num_warps=num_warps)
+    launch(gdn_recurrent_kernel, grid,
+           (x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
+            A_log, dt_bias, window, state, slots, lens if lens is not None else slots,
+            sync_counters(state.device, B * HK),
+            o if o is not None else dummy, o.stride(0) if o is not None else 0,
+            z if fuse_norm else dummy, z.stride(0) if fuse_norm else 0, norm_weight if fuse_norm else dummy,
+            steps if steps is not None else dummy, keep_x if keep_x is not None else dummy,
+            keep_ab if keep_ab is not None else dummy, *(deltas if deltas is not None else (dummy,) * 3), T),
+           dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV, IN_PLACE=in_place,
+                STORE_STEPS=steps is not None, KEEP_INPUTS=keep_x is not None, STORE_O=o is not None,
+                STORE_DELTAS=deltas is not None, FUSE_NORM=fuse_norm, NORM_EPS=float(norm_eps),
+                HAS_CONV_BIAS=conv_bias is not None, HAS_LENS=lens is not None),
+           num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=_VIEWS)

@@ -1,19 +1,24 @@
 """The step kernels an engine built for cuda carries (build_engine/step_kernels.py): recorded from the model runner's
-own steps, compiled for sm_90 on the CPU, and found again by the runtime's lookups for every step it launches."""
+own steps, compiled for sm_90 on the CPU, and found again by the runtime's lookups for every step it launches; for an
+attention-only model (tiny-qwen3) and a hybrid one (tiny-qwen3.5: Gated DeltaNet layers, their recurrent-state pool)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
+from safetensors import safe_open
 
 from atlas.build_engine.builder import BuildConfig, build
-from atlas.build_engine.step_kernels import _meta_linear, _meta_weights
+from atlas.build_engine.step_kernels import _meta_linear, _meta_weights, supports_gpu_step
 from atlas.plugins_trt.launch import AotKernels
-from atlas.runtime.config import ModelConfig
+from atlas.runtime.config import ATTENTION, GDN, ModelConfig
+from atlas.runtime.cuda_engine import loaded_dtype
 from atlas.runtime.cuda_ops import CudaOps
 from atlas.runtime.errors import EngineError
 from atlas.runtime.kv_cache import KV_DTYPES, KVCache
 from atlas.runtime.model_runner import RunnerOptions, step_shapes, synthetic_step
 from atlas.runtime.paged_model import PagedModel
+from atlas.runtime.state_pool import StatePool
 
 
 class _Table:
@@ -36,25 +41,90 @@ def built(request, tmp_path_factory):
     return result.manifest
 
 
-def test_every_step_the_runner_launches_finds_its_kernels(built):
-    plan = built["step_kernels"]
+@pytest.fixture(scope="module")
+def built_hybrid(tmp_path_factory):
+    out = tmp_path_factory.mktemp("step-hybrid") / "e"
+    result = build(BuildConfig("synthetic:tiny-qwen3.5", out, device="cuda", autotune=False, onnx=False,
+                               max_batch=4, max_seq_len=1024, progress=False))
+    return out, result.manifest
+
+
+def _run_runner_steps(manifest: dict, shapes: list[tuple[int, int]]) -> list[str]:
+    """Run the runner's steps of each (sequences, tokens a sequence) shape on meta tensors through the engine's
+    instance lookups (AotKernels over a stand-in table); returns the table names launched, in order."""
+    plan = manifest["step_kernels"]
     options = RunnerOptions(**plan["options"])
-    config = ModelConfig.from_dict(built["config"])
-    table = _Table(built["kernels"]["kernels"])
+    config = ModelConfig.from_dict(manifest["config"])
+    table = _Table(manifest["kernels"]["kernels"])
     ops = CudaOps(config, AotKernels(table, plan["instances"]), device="meta")
     model = PagedModel(config, _meta_weights(config), ops=ops, linear=_meta_linear)
     dtype = KV_DTYPES[options.kv_cache_dtype]
-    kv = KVCache.allocate(config.num_layers, 1, options.block_size, config.num_kv_heads, config.head_dim, dtype,
-                          device="meta", scales=[(1.0, 1.0)] * config.num_layers if options.kv_cache_dtype == "fp8"
-                          else None)
-    for batch, q_len in step_shapes(options) + [(1, 7), (3, 1), (1, 300)]:  # and shapes between the recorded ones
+    attn_layers = sum(kind == ATTENTION for kind in config.layer_types)
+    kv = KVCache.allocate(attn_layers, 1, options.block_size, config.num_kv_heads, config.head_dim, dtype,
+                          device="meta", scales=[(1.0, 1.0)] * attn_layers if options.kv_cache_dtype == "fp8" else None)
+    # as ModelRunner: a state slot per sequence of the largest bucket (hybrid models)
+    states = StatePool(config, options.buckets[-1], device="meta") if GDN in config.layer_types else None
+    for batch, q_len in shapes:
         bucket = next(b for b in options.buckets if b >= batch)
         ops.num_splits = options.num_splits(config, bucket)
-        ops.argmax(model.forward(synthetic_step(batch, q_len, options, "meta"), kv, None))
-    assert set(table.launched) == set(plan["instances"].values())  # every compiled kernel is used
+        ops.argmax(model.forward(synthetic_step(batch, q_len, options, "meta"), kv, states))
+    return table.launched
+
+
+def test_every_step_the_runner_launches_finds_its_kernels(built):
+    plan = built["step_kernels"]
+    config = ModelConfig.from_dict(built["config"])
+    options = RunnerOptions(**plan["options"])
+    # and shapes between the recorded ones
+    launched = _run_runner_steps(built, step_shapes(options) + [(1, 7), (3, 1), (1, 300)])
+    assert set(launched) == set(plan["instances"].values())  # every compiled kernel is used
     # the decode step of a long context splits it (a second, reducing launch) at small batch
-    assert any(n.startswith("paged_decode_reduce_kernel") for n in table.launched)
-    assert config.qk_norm and any(n.startswith("qkv_rope_kernel") for n in table.launched)
+    assert any(n.startswith("paged_decode_reduce_kernel") for n in launched)
+    assert config.qk_norm and any(n.startswith("qkv_rope_kernel") for n in launched)
+
+
+GDN_STEP_KERNELS = {"gdn_recurrent_kernel",  # decode: conv + gating + delta rule + gated norm, fused
+                    "conv_varlen_kernel", "chunk_wy_sliced_kernel", "chunk_state_kernel", "chunk_out_kernel"}  # prefill
+
+
+def test_every_step_of_a_hybrid_model_finds_its_kernels(built_hybrid):
+    """Decode buckets (padded), prefill tiers, lengths between them and several prompts packed in one prefill step
+    (as ModelRunner.step runs them): every GDN and attention launch finds the instance the build compiled."""
+    _, manifest = built_hybrid
+    plan = manifest["step_kernels"]
+    config = ModelConfig.from_dict(manifest["config"])
+    assert GDN in config.layer_types and ATTENTION in config.layer_types and supports_gpu_step(config)
+    options = RunnerOptions(**plan["options"])
+    launched = _run_runner_steps(manifest, step_shapes(options) + [(3, 1), (1, 7), (1, 300), (3, 33), (2, 70)])
+    assert set(launched) == set(plan["instances"].values())  # every compiled kernel is used
+    kernels = {n.split(".")[0] for n in launched}
+    assert GDN_STEP_KERNELS <= kernels, GDN_STEP_KERNELS - kernels
+    # the GDN output norm (gated, plain weight) beside the decoder's (1 + w) norms
+    assert any(k.startswith("rms_norm_kernel(") and "HAS_GATE=True" in k for k in plan["instances"])
+
+
+_ST_DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32, "F16": torch.float16}
+"""safetensors header dtype -> torch dtype (the float dtypes an unquantized engine stores)."""
+
+
+def test_meta_weights_are_the_hybrid_engines_tensors_as_the_gpu_loads_them(built_hybrid):
+    """The build records the step over tensors of the shapes and dtypes runtime/cuda_engine.py puts on the GPU
+    (fp32 GDN A_log, dt_bias and norm weight: the recorded instances' pointer types depend on them)."""
+    path, manifest = built_hybrid
+    config = ModelConfig.from_dict(manifest["config"])
+    quantized = {p for p, f in manifest.get("weight_formats", {}).items() if f in ("nvfp4", "fp8")}
+    stored = {}  # name -> (shape, dtype) from the files' headers
+    for name in manifest["weights"]:
+        with safe_open(str(path / name), "pt") as f:
+            for k in f.keys():
+                header = f.get_slice(k)
+                stored[k] = (tuple(header.get_shape()), _ST_DTYPES[header.get_dtype()])
+    meta = _meta_weights(config)
+    assert any(k.endswith(".gdn.A_log") for k in meta)
+    for key, t in meta.items():
+        assert key in stored, f"{key} is not an engine tensor"
+        shape, dtype = stored[key]
+        assert (tuple(t.shape), t.dtype) == (shape, loaded_dtype(key, dtype, quantized)), key
 
 
 def test_a_shape_the_build_did_not_record_asks_for_a_rebuild(built):
@@ -69,14 +139,3 @@ def test_a_shape_the_build_did_not_record_asks_for_a_rebuild(built):
                           device="meta", scales=[(1.0, 1.0)] * config.num_layers)
     with pytest.raises(EngineError, match="rebuild it with atlas-build --device cuda"):
         model.forward(synthetic_step(1, 1, options, "meta"), kv, None)
-
-
-def test_hybrid_models_carry_no_step_kernels_yet():
-    from atlas.build_engine.step_kernels import supports_gpu_step
-    from atlas.runtime.config import GDN
-    c = ModelConfig(family="t", vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1, layer_types=(GDN,),
-                    num_heads=1, num_kv_heads=1, head_dim=8, rms_norm_eps=1e-6, rotary_dim=8, linear_num_key_heads=1,
-                    linear_num_value_heads=1, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel=4)
-    assert not supports_gpu_step(c)
-    with pytest.raises(NotImplementedError, match="attention-only"):
-        CudaOps(c, None, device="meta")

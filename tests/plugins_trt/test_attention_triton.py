@@ -21,6 +21,8 @@ import sys
 
 import pytest
 import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
+from triton_interpreter import fix_interpreter_index  # noqa: E402
 
 NO_GPU = not torch.cuda.is_available()
 if NO_GPU and "triton" not in sys.modules:
@@ -39,23 +41,6 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 1e-4
 BF16_TOL = 1e-2
 FP8 = torch.float8_e4m3fn
-
-
-def _fix_interpreter_index():
-    """Triton 3.6's interpreter turns a scalar into an int with int(ndarray of shape (1,)), which numpy >= 2.4
-    refuses, so `for start in range(lo, hi, BLOCK_N)` over kernel ints fails; index element 0.
-    (The same patch as tests/plugins_trt/test_gdn_triton.py, marked the same way so that it is applied once.)"""
-    from triton.runtime import interpreter
-    orig = interpreter._patch_lang_tensor
-    if getattr(orig, "atlas_index_fix", False):
-        return
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched.atlas_index_fix = True
-    interpreter._patch_lang_tensor = patched
 
 
 def _fix_interpreter_bf16_dot():
@@ -83,7 +68,7 @@ def _fix_interpreter_bf16_dot():
 
 
 if os.environ.get("TRITON_INTERPRET") == "1":
-    _fix_interpreter_index()
+    fix_interpreter_index()
     _fix_interpreter_bf16_dot()
 
 # The interpreter only takes effect if it was on when triton was first imported; a module that compiles kernels

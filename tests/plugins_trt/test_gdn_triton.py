@@ -18,6 +18,8 @@ import sys
 
 import pytest
 import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
+from triton_interpreter import fix_interpreter_index  # noqa: E402
 
 NO_GPU = not torch.cuda.is_available()
 if NO_GPU and "triton" not in sys.modules:
@@ -42,24 +44,8 @@ TOL = 1e-4
 KW = 4
 
 
-def _fix_interpreter_index():
-    """Triton 3.6's interpreter turns a scalar into an int with int(ndarray of shape (1,)), which
-    numpy >= 2.4 refuses, so `for t in range(T)` over a kernel int argument fails; index element 0."""
-    from triton.runtime import interpreter
-    orig = interpreter._patch_lang_tensor
-    if getattr(orig, "atlas_index_fix", False):
-        return
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched.atlas_index_fix = True
-    interpreter._patch_lang_tensor = patched
-
-
 if os.environ.get("TRITON_INTERPRET") == "1":
-    _fix_interpreter_index()
+    fix_interpreter_index()
 
 # The interpreter only takes effect if it was on when triton was first imported; a module that compiles
 # kernels for sm_90 may have imported it first. Then these CPU tests rerun in a fresh process instead.
