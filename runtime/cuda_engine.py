@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from atlas.plugins_trt.launch import AotKernels
 from atlas.runtime.config import ModelConfig
-from atlas.runtime.engine import check_files, read_manifest, rebuild_hint
+from atlas.runtime.engine import Engine, check_files, read_manifest, rebuild_hint
 from atlas.runtime.errors import EngineError
 from atlas.runtime.kernels import KernelTable
 from atlas.runtime.layers.linear_cuda import CudaLinear
@@ -36,15 +36,12 @@ def loaded_dtype(key: str, stored: torch.dtype, quantized: set[str]) -> torch.dt
 
 
 @dataclass
-class CudaEngine:
-    path: Path
-    manifest: dict
-    config: ModelConfig
-    weights: dict[str, torch.Tensor]
-    """Canonical name -> GPU tensor: quantized linears as stored (packed weight + scales), GDN_FP32 tensors fp32, the
-    rest bf16."""
-    kernels: KernelTable
-    aot: AotKernels
+class CudaEngine(Engine):
+    """An engine on the GPU. weights: canonical name -> GPU tensor, quantized linears as stored (packed weight +
+    scales), GDN_FP32 tensors fp32, the rest bf16."""
+
+    kernels: KernelTable | None = None
+    aot: AotKernels | None = None
     """The step kernels' compiled instances (manifest["step_kernels"]["instances"])."""
 
     @property

@@ -38,12 +38,23 @@ class SamplingParams:
 
 
 class Generator:
-    """An engine loaded for generation: model, tokenizer (when the engine has one), limits."""
+    """An engine loaded for generation: model, tokenizer (when the engine has one), limits.
+
+    A CPU engine runs the reference model; an engine built for cuda runs on the GPU through the model runner
+    (paged KV, the decode step replayed from its CUDA graph), one sequence at a time.
+    """
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self.config = engine.config
-        self.model = Model(engine.config, engine.weights)
+        self.runner = None
+        if engine.manifest.get("target", {}).get("device") == "cuda":
+            from atlas.runtime.model_runner import ModelRunner
+
+            self.runner = ModelRunner(engine)
+            self.runner.capture(buckets=(1,))
+        else:
+            self.model = Model(engine.config, engine.weights)
         self.tokenizer = EngineTokenizer(engine.path) if engine.has_tokenizer else None
         self.max_seq_len = engine.max_seq_len
         eos = engine.generation_defaults.get("eos_token_ids") or list(engine.config.eos_token_ids)
@@ -51,6 +62,12 @@ class Generator:
 
     @classmethod
     def load(cls, path: str | Path, verify_checksums: bool = True) -> "Generator":
+        from atlas.runtime.engine import read_manifest
+
+        if read_manifest(Path(path)).get("target", {}).get("device") == "cuda":
+            from atlas.runtime.cuda_engine import load_cuda_engine
+
+            return cls(load_cuda_engine(path, verify_checksums=verify_checksums))
         return cls(load_engine(path, verify_checksums=verify_checksums))
 
     def check_ids(self, token_ids: list[int]) -> None:
@@ -70,6 +87,9 @@ class Generator:
         """Yield generated ids until an EOS id (not yielded), max_tokens, or the engine's max_seq_len."""
         self.check_ids(prompt_ids)
         limit = min(params.max_tokens, self.max_seq_len - len(prompt_ids))
+        if self.runner is not None:
+            yield from self._generate_cuda(prompt_ids, params, limit)
+            return
         state = self.model.new_state(len(prompt_ids) + limit)
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         logits = self.model.forward(torch.tensor(prompt_ids), state).logits[-1]
@@ -81,8 +101,33 @@ class Generator:
             if i + 1 < limit:
                 logits = self.model.forward(torch.tensor([token]), state).logits[-1]
 
+    def _generate_cuda(self, prompt_ids: list[int], params: SamplingParams, limit: int) -> Iterator[int]:
+        """The GPU loop: the prompt in prefill chunks, then one decode step a token; the sequence's KV blocks and
+        state slot are given back however the loop ends."""
+        from atlas.runtime.step import StepBatch
+
+        runner, seq = self.runner, 0
+        generator = torch.Generator(device="cuda").manual_seed(params.seed) if params.seed is not None else None
+        chunk = runner.options.prefill_chunk
+        try:
+            for i in range(0, len(prompt_ids), chunk):
+                ids = runner.step(StepBatch((seq,), (tuple(prompt_ids[i:i + chunk]),)))
+            for i in range(limit):
+                token = ids[0] if params.temperature == 0 else sample(runner.logits[0], params.temperature,
+                                                                     params.top_k, params.top_p, generator)
+                if token in self.eos_ids:
+                    return
+                yield token
+                if i + 1 < limit:
+                    ids = runner.step(StepBatch((seq,), ((token,),)))
+        finally:
+            runner.free(seq)
+
     def logits(self, token_ids: list[int]) -> torch.Tensor:
         """fp32 logits [T, vocab] of every position, from one forward over the tokens."""
+        if self.runner is not None:
+            raise RequestError("logits of every position come from a CPU engine (the GPU runner keeps only each "
+                               "sequence's last); build one with atlas-build --device cpu")
         self.check_ids(token_ids)
         state = self.model.new_state(len(token_ids))
         return self.model.forward(torch.tensor(token_ids), state).logits

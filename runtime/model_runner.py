@@ -110,12 +110,16 @@ class ModelRunner:
         self.kv = KVCache.allocate(attn_layers, num_blocks, o.block_size, c.num_kv_heads, c.head_dim, dtype,
                                    device="cuda", scales=scales)
         self.blocks = BlockManager(num_blocks, o.block_size)
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, StepInputs, torch.Tensor]] = {}
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, StepInputs, torch.Tensor, torch.Tensor]] = {}
+        self.logits: torch.Tensor | None = None
+        """fp32 [rows, V]: the last step's logits of each sequence's last token (row i: sequence i; for a replayed
+        graph, the graph's own output buffer, overwritten by the next step)."""
 
-    def _forward_ids(self, step: StepInputs, bucket: int) -> torch.Tensor:
-        """Next-token ids [B] (int32) of a step: the model, then the argmax."""
+    def _forward(self, step: StepInputs, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(greedy next ids [B], logits [B, V]) of a step: the model, then the argmax."""
         self.ops.num_splits = self.options.num_splits(self.c, bucket)
-        return self.ops.argmax(self.model.forward(step, self.kv, self.states))
+        logits = self.model.forward(step, self.kv, self.states)
+        return self.ops.argmax(logits), logits
 
     def step(self, batch: StepBatch) -> list[int]:
         """Run one step (reserving its KV slots); the greedy next token of each sequence.
@@ -137,28 +141,30 @@ class ModelRunner:
                              f"got {len(batch.seq_ids)}")
         bucket = next(b for b in self.options.buckets if b >= len(batch.seq_ids))
         if q == 1 and bucket in self.graphs:
-            graph, static, out = self.graphs[bucket]
+            graph, static, ids, self.logits = self.graphs[bucket]
             StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda", pad_to=bucket).copy_into(static)
             graph.replay()
-            return out[:len(batch.seq_ids)].tolist()
-        step = StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda")
-        return self._forward_ids(step, bucket)[:len(batch.seq_ids)].tolist()
+        else:
+            step = StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda")
+            ids, self.logits = self._forward(step, bucket)
+        return ids[:len(batch.seq_ids)].tolist()
 
-    def capture(self) -> None:
-        """Capture one decode graph per batch bucket (after a warm-up launch of each, off the default stream)."""
-        for bucket in self.options.buckets:
+    def capture(self, buckets: tuple[int, ...] | None = None) -> None:
+        """Capture one decode graph per batch bucket (default: all; after a warm-up launch of each, off the default
+        stream)."""
+        for bucket in buckets or self.options.buckets:
             static = synthetic_step(bucket, 1, self.options, "cuda")
             static.slot_mapping.fill_(-1)  # capture writes nothing into the pool
             static.context_lens.zero_()
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
-                self._forward_ids(static, bucket)
+                self._forward(static, bucket)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                out = self._forward_ids(static, bucket)
-            self.graphs[bucket] = (graph, static, out)
+                ids, logits = self._forward(static, bucket)
+            self.graphs[bucket] = (graph, static, ids, logits)
 
     def free(self, seq_id: int) -> None:
         """A finished (or preempted) sequence gives back its KV blocks and its state slot."""

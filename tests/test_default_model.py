@@ -81,3 +81,24 @@ def test_quantized_default_model_answers(dtype, tmp_path):
     answer = gen.tokenizer.decode(list(gen.generate(ids, SamplingParams(max_tokens=24))))
     print(dtype, "->", answer)
     assert "Paris" in answer
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "nvfp4"])
+def test_gpu_engine_gives_the_cpu_engine_answer(dtype, generator, tmp_path):
+    """The default model built for the GPU (the decode step in a CUDA graph) answers the README prompt as the CPU
+    engine does: the same greedy text for bfloat16, an answer naming Paris for nvfp4."""
+    from atlas.build_engine.builder import BuildConfig, build
+
+    engine = build(BuildConfig(None, tmp_path / dtype, dtype=dtype, device="cuda", max_seq_len=512, max_batch=1,
+                               autotune=False, onnx=False, progress=False)).path
+    gpu = Generator.load(engine)
+    params = SamplingParams(max_tokens=24)
+    ids = generator.tokenizer.encode_chat([{"role": "user", "content": PROMPTS[0]}])
+    cpu_answer = generator.tokenizer.decode(list(generator.generate(ids, params)))
+    gpu_answer = gpu.tokenizer.decode(list(gpu.generate(ids, params)))
+    print(dtype, "cpu:", cpu_answer, "| gpu:", gpu_answer)
+    if dtype == "bfloat16":
+        assert gpu_answer == cpu_answer
+    assert "Paris" in gpu_answer
+    assert gpu.runner.blocks.num_free == gpu.runner.blocks.num_blocks

@@ -306,7 +306,7 @@ if [ "$what" = decodeops ]; then  # the GPU decode path's kernels (issue 6): pag
 fi
 if [ "$what" = runner ]; then  # the GPU model runner (graphs per bucket, eager, against the CPU reference)
     timeout ${RUNNER_TIMEOUT:-180} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_model_runner.py \
-        tests/runtime/test_bench.py \
+        tests/runtime/test_bench.py tests/test_default_model.py \
         2>&1 | tee "$out/pytest_runner_gpu.log" | tail -30
 fi
 if [ "$what" = session7 ]; then  # one call (~9 minutes): the decode path's GPU tests (kernels, runner), then FIX 2's
