@@ -68,12 +68,12 @@ def load_cuda_engine(path: str | Path, verify_checksums: bool = True) -> CudaEng
     if target.get("device") != "cuda":
         raise EngineError(f"engine {path} was built for target '{target.get('device', 'cpu')}', not 'cuda'; rebuild "
                           f"it with atlas-build --device cuda, or run it on the CPU path.")
+    if not torch.cuda.is_available():
+        raise EngineError(f"engine {path} was built for target 'cuda' and no CUDA GPU is visible here; run it on a GPU "
+                          f"machine, or rebuild it with atlas-build --device cpu.")
     if "step_kernels" not in manifest:
         raise EngineError(f"engine {path} has no step kernels (built by an older atlas-build); "
-                          f"{rebuild_hint(manifest)}")
-    if not torch.cuda.is_available():
-        raise EngineError("this engine runs on a CUDA GPU and none is visible here; run a CPU engine instead "
-                          "(atlas-build --device cpu).")
+                          f"{rebuild_hint(manifest)} --device cuda")
     check_files(path, manifest, verify_checksums)
     try:
         config = ModelConfig.from_dict(manifest["config"])
