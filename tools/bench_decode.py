@@ -59,24 +59,32 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     return {"case": case, "preset": preset, "dtype": dtype, "build_seconds": build_s, **result}
 
 
-def hf_model(preset: str):
-    """transformers' model for the preset in bfloat16 on the GPU, with the synthetic checkpoint's tensors."""
+def hf_model(preset: str, device: str = "cuda"):
+    """transformers' model for the preset in bfloat16 on `device`, with the synthetic checkpoint's tensors."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from atlas.tools.synthetic import SyntheticCheckpoint
 
     ckpt = SyntheticCheckpoint(preset)
-    config = AutoConfig.for_model(**ckpt.config)
-    with torch.device("cuda"):
+    # the text model alone (a vision-language preset's tower is not what either side runs)
+    config = AutoConfig.for_model(**ckpt.config).get_text_config()
+    with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
     names = set(ckpt.tensor_names())
+
+    def source(name: str) -> str | None:  # a VL checkpoint keeps the text model under model.language_model.
+        for cand in (name, name.replace("model.", "model.language_model.", 1)):
+            if cand in names:
+                return cand
+        return None
+
     params = dict(model.named_parameters())
-    missing = sorted(set(params) - names)
+    missing = sorted(n for n in params if source(n) is None)
     if missing:
         raise RuntimeError(f"transformers' model has parameters the synthetic checkpoint lacks: {missing[:5]}")
     with torch.no_grad():
         for name, param in params.items():  # one tensor at a time: the 27B model fits once, not twice
-            param.copy_(ckpt.get(name))
+            param.copy_(ckpt.get(source(name)))
     return model.eval()
 
 

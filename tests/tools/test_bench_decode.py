@@ -1,5 +1,7 @@
 """tools/bench_decode.py's summary: the issue's keys from the cases that ran, speedups over transformers."""
 
+import pytest
+
 from atlas.tools.bench_decode import summarize
 
 
@@ -24,3 +26,22 @@ def test_summary_keys_and_min_speedup():
 
 def test_no_peer_no_speedup():
     assert "min_speedup_vs_hf" not in summarize([_run("llama-3.1-8b:fp8", 200.0, 0.7)], {})
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3.5-vl"])
+def test_the_peer_holds_the_checkpoint_s_tensors(preset):
+    """The model the benchmark builds in place (bf16, the text model of a VL preset, tensors copied one at a time)
+    has the same config and, rounded to bf16, the same parameters as transformers' own loading of the written
+    checkpoint (the engine's parity with that model is tested in tests/build_engine/test_families.py)."""
+    import torch
+
+    from atlas.tools.bench_decode import hf_model
+    from atlas.tools.compare import load_hf_model
+
+    want = load_hf_model(f"synthetic:{preset}")
+    got = hf_model(preset, "cpu")
+    assert type(got) is type(want)
+    params = dict(got.named_parameters())
+    assert set(params) == set(dict(want.named_parameters()))
+    for name, p in want.named_parameters():
+        assert torch.equal(params[name], p.to(torch.bfloat16)), name
