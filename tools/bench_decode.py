@@ -2,6 +2,7 @@
 on the same weights, in the same run (issue 6's figures; writes tools/results/decode.json).
 
     python -m atlas.tools.bench_decode --out $OUT/decode.json [--cases llama-3.1-8b:bfloat16,...] [--work /tmp/atlas]
+        [--part atlas|hf|both] [--merge tools/results/decode.json]   # one device call a case or two, merged
 
 For each case: build the engine from `synthetic:<preset>` (tensors generated on demand, no checkpoint on disk),
 run `atlas-run bench`'s measurement (runtime/bench.py: batch sizes, 512-token prompts, 256 generated tokens,
@@ -154,23 +155,36 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
 @click.option("--gen-len", type=int, default=256, show_default=True)
 @click.option("--repeats", type=int, default=3, show_default=True)
 @click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/atlas-bench"), show_default=True)
-@click.option("--no-hf", is_flag=True, help="Skip the transformers peer.")
-def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, no_hf):
+@click.option("--part", type=click.Choice(["both", "atlas", "hf"]), default="both", show_default=True,
+              help="Run the Atlas engines, the transformers peers, or both (a 27B case takes most of a device call).")
+@click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
+              help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
+def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, merge_path):
     from atlas.tools.bench.timing import device_info
 
     sizes = [int(b) for b in batch_sizes.split(",")]
     names = [c.strip() for c in cases.split(",") if c.strip()]
     result = {**device_info(), "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats,
               "atlas": [], "hf": {}}
+    if merge_path is not None and merge_path.is_file():
+        earlier = json.loads(merge_path.read_text())
+        for key in ("device", "prompt_len", "gen_len", "repeats"):
+            if earlier.get(key) != result[key]:
+                raise click.ClickException(f"{merge_path} has {key} {earlier.get(key)!r}, this run {result[key]!r}: "
+                                           f"results of different runs cannot be merged")
+        result["atlas"] = [r for r in earlier["atlas"] if r["case"] not in names or part == "hf"]
+        result["hf"] = dict(earlier["hf"])
     for name in names:  # written after every case: a later failure keeps what ran
-        result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats))
+        if part in ("both", "atlas"):
+            result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats))
+            click.echo(f"{name}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
+                                               f" of floor)" for c in result["atlas"][-1]["cases"]))
         preset = name.split(":")[0]
-        if not no_hf and preset not in result["hf"]:
+        if part in ("both", "hf") and preset not in result["hf"]:
             result["hf"][preset] = hf_case(preset, prompt_len, gen_len, repeats)
+            click.echo(f"transformers {preset}: {result['hf'][preset]['tokens_per_s']:.1f} tok/s")
         result["summary"] = summarize(result["atlas"], result["hf"])
         out_path.write_text(json.dumps(result, indent=2) + "\n")
-        click.echo(f"{name}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s "
-                                           f"({c['floor_fraction']:.1%} of floor)" for c in result["atlas"][-1]["cases"]))
     click.echo(json.dumps(result.get("summary", {}), indent=2))
 
 

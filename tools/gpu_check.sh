@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [decode|decodetests|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -308,6 +308,18 @@ if [ "$what" = runner ]; then  # the GPU model runner (graphs per bucket, eager,
     timeout ${RUNNER_TIMEOUT:-180} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_model_runner.py \
         tests/runtime/test_bench.py tests/test_default_model.py \
         2>&1 | tee "$out/pytest_runner_gpu.log" | tail -30
+fi
+if [ "$what" = decode ]; then  # issue 6's decode benchmark, a case or two a call (a 27B case takes most of one),
+    # merged into the committed tools/results/decode.json: DECODE_CASES=preset:dtype,... DECODE_PART=atlas|hf|both
+    timeout ${DECODE_TIMEOUT:-560} python3 -m atlas.tools.bench_decode --out "$out/decode.json" \
+        --cases "${DECODE_CASES:-llama-3.1-8b:bfloat16}" --part "${DECODE_PART:-both}" \
+        --merge tools/results/decode.json 2>&1 | tee "$out/bench_decode.log" | tail -30
+fi
+if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels, GDN ops, runner, bench)
+    DECODEOPS_TIMEOUT=80 bash "$0" decodeops
+    timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_cuda_ops_gdn.py 2>&1 \
+        | tee "$out/pytest_cuda_ops_gdn_gpu.log" | tail -5
+    RUNNER_TIMEOUT=220 bash "$0" runner
 fi
 if [ "$what" = session7 ]; then  # one call (~9 minutes): the decode path's GPU tests (kernels, runner), then FIX 2's
     # timing and the stream-K GPU tests, then XCLAMP's timing and test
