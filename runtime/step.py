@@ -9,6 +9,7 @@ slot_mapping), padded to a batch bucket for a captured graph: padding sequences 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,10 @@ class StepBatch:
         return sum(len(t) for t in self.tokens)
 
 
+FIELDS = ("input_ids", "positions", "slot_mapping", "cu_q", "context_lens", "block_tables", "state_slots",
+          "last_rows")
+
+
 @dataclass
 class StepInputs:
     """The step in tensors (int32, on the model's device). T = packed tokens, B = sequences (with padding)."""
@@ -63,6 +68,8 @@ class StepInputs:
     """Sequences before padding."""
     max_q_len: int
     """The most new tokens of one sequence (1: a decode step), known on the host: it picks the attention kernel."""
+    flat: torch.Tensor
+    """int32: the one buffer every field above is a view of."""
 
     @classmethod
     def build(cls, batch: StepBatch, blocks: BlockManager, max_blocks: int, device: torch.device | str = "cpu",
@@ -104,24 +111,30 @@ class StepInputs:
         for n in q_lens + [q] * pad:
             cu.append(cu[-1] + n)
         state = list(batch.state_slots) or [-1] * B
-
-        def t(x: list) -> torch.Tensor:
-            return torch.tensor(x, dtype=torch.int32, device=device)
-
-        return cls(input_ids=t(ids), positions=t(positions), slot_mapping=t(slots), cu_q=t(cu),
-                   context_lens=t(lens), block_tables=t(tables), state_slots=t(state + [-1] * pad),
-                   last_rows=t([c - 1 for c in cu[1:]]), num_seqs=B, max_q_len=max(q_lens))
+        fields = {"input_ids": ids, "positions": positions, "slot_mapping": slots, "cu_q": cu, "context_lens": lens,
+                  "block_tables": tables, "state_slots": state + [-1] * pad, "last_rows": [c - 1 for c in cu[1:]]}
+        # One int32 buffer holds every field (each starting on a 16-byte boundary, as the kernels were compiled to
+        # assume), so that a step reaches the GPU, and a graph's static buffers, in one copy.
+        values: list[int] = []
+        spans: list[tuple[str, int, tuple[int, ...]]] = []
+        for name, x in fields.items():
+            shape = (len(x), max_blocks) if name == "block_tables" else (len(x),)
+            spans.append((name, len(values), shape))
+            values += [v for row in x for v in row] if name == "block_tables" else x
+            values += [0] * (-len(values) % 4)
+        flat = torch.tensor(values, dtype=torch.int32).to(device)
+        views = {name: flat[start:start + math.prod(shape)].view(shape) for name, start, shape in spans}
+        return cls(**views, num_seqs=B, max_q_len=max(q_lens), flat=flat)
 
     def copy_into(self, static: "StepInputs") -> None:
-        """Write this step's tensors into the static buffers a graph was captured over (same bucket shape)."""
+        """Write this step into the static buffers a graph was captured over (same bucket shape): one copy."""
         if self.max_q_len != static.max_q_len:
             raise ValueError(f"a step of {self.max_q_len} tokens a sequence cannot replay a graph captured for "
                              f"{static.max_q_len}")
-        for name in ("input_ids", "positions", "slot_mapping", "cu_q", "context_lens", "block_tables",
-                     "state_slots", "last_rows"):
+        for name in FIELDS:
             src, dst = getattr(self, name), getattr(static, name)
             if src.shape != dst.shape:
                 raise ValueError(f"{name}: step shape {tuple(src.shape)} does not match the graph's "
                                  f"{tuple(dst.shape)}")
-            dst.copy_(src, non_blocking=True)
+        static.flat.copy_(self.flat, non_blocking=True)  # same shapes, so the same layout in the flat buffer
         static.num_seqs = self.num_seqs

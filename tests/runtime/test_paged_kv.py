@@ -162,3 +162,20 @@ def test_state_pool_hands_out_zeroed_slots():
     assert again == a and b != a
     assert not pool.layers[0].state[a].any() and not pool.layers[0].window[a].any()
     assert StatePool.bytes_per_slot(c, torch.float32) == (c.gdn_conv_size * 3 + 2 * 4 * 4) * 4
+
+
+def test_step_fields_share_one_aligned_buffer():
+    """A step reaches the GPU in one copy: every field is a view of one int32 buffer, starting 16-byte aligned (the
+    kernels are compiled to assume aligned pointers)."""
+    from atlas.runtime.step import FIELDS, StepBatch, StepInputs
+    bm = BlockManager(num_blocks=8, block_size=4)
+    step = StepInputs.build(StepBatch((1, 2, 3), ((5,), (6,), (7,))), bm, max_blocks=3, pad_to=4)
+    base = step.flat.data_ptr()
+    for name in FIELDS:
+        t = getattr(step, name)
+        assert t.untyped_storage().data_ptr() == step.flat.untyped_storage().data_ptr(), name
+        assert (t.data_ptr() - base) % 16 == 0, name
+    static = StepInputs.build(StepBatch((9,), ((1,),)), BlockManager(8, 4), max_blocks=3, pad_to=4)
+    step.copy_into(static)
+    for name in FIELDS:
+        assert torch.equal(getattr(static, name), getattr(step, name)), name
