@@ -108,9 +108,10 @@ def engine_greedy(gen, prompt_ids: list[int], steps: int) -> tuple[torch.Tensor,
 
 def compare_with_hf(engine_dir: str | Path, checkpoint: str, prompt_ids: list[int], steps: int = 16,
                     hf_model=None) -> CompareReport:
+    from atlas.runtime.engine import load_engine
     from atlas.runtime.generator import Generator
 
-    gen = Generator.load(engine_dir)
+    gen = Generator(load_engine(engine_dir))  # the reference runtime: a cuda engine is refused with what to rebuild
     model = hf_model if hf_model is not None else load_hf_model(checkpoint)
     ours, our_tokens = engine_greedy(gen, prompt_ids, steps)
     theirs, their_tokens = hf_greedy(model, prompt_ids, steps)
