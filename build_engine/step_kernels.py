@@ -25,11 +25,6 @@ from atlas.runtime.state_pool import StatePool
 ACT = torch.bfloat16
 
 
-def supports_gpu_step(config: ModelConfig) -> bool:
-    """Whether the GPU step serves this model: every mixer of ModelConfig (attention, Gated DeltaNet) is on it."""
-    return all(kind in (ATTENTION, GDN) for kind in config.layer_types)
-
-
 def _meta_weights(config: ModelConfig) -> dict[str, torch.Tensor]:
     """The non-linear tensors the step reads, and each linear's weight shape, as meta tensors in the dtypes
     runtime/cuda_engine.py loads them in: bf16, but fp32 for the GDN vectors (cuda_engine.GDN_FP32)."""
@@ -86,9 +81,6 @@ def record_step_kernels(config: ModelConfig, options: RunnerOptions) -> KernelRe
 
 
 def compile_step_kernels(config: ModelConfig, options: RunnerOptions, arch: int = 90) -> tuple[list, dict]:
-    """(compiled kernels for write_kernels, manifest["step_kernels"]); ([], {}) where the GPU step does not serve
-    the model yet."""
-    if not supports_gpu_step(config):
-        return [], {}
+    """(compiled kernels for write_kernels, manifest["step_kernels"]): every mixer of ModelConfig is on the step."""
     compiled, instances = compile_recorded(record_step_kernels(config, options), arch)
     return compiled, {"options": options.to_dict(), "instances": instances}

@@ -140,6 +140,7 @@ def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_ver
     import json
 
     from atlas.runtime.bench import bench as run_bench
+    from atlas.runtime.block_manager import OutOfBlocks
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
@@ -156,7 +157,9 @@ def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_ver
                              f"{runner.options.max_batch}; rebuild with a larger --max-batch"))
         runner.capture()
         result = run_bench(runner, sizes, prompt_len, gen_len, repeats)
-    except (AtlasError, ValueError, MemoryError) as e:
+    except OutOfBlocks as e:
+        _fail(ValueError(f"{e}: the batch's sequences do not fit the KV pool; lower --batch-sizes or the lengths"))
+    except (AtlasError, ValueError) as e:
         _fail(e)
     if as_json:
         click.echo(json.dumps(result, indent=2))

@@ -20,6 +20,7 @@ from atlas.plugins_trt.attention.triton_decode import default_num_splits
 from atlas.runtime.block_manager import BlockManager
 from atlas.runtime.config import GDN, ModelConfig
 from atlas.runtime.cuda_ops import CudaOps
+from atlas.runtime.errors import EngineError
 from atlas.runtime.kv_cache import KV_DTYPES, KVCache
 from atlas.runtime.paged_model import PagedModel
 from atlas.runtime.state_pool import StatePool
@@ -97,16 +98,16 @@ class ModelRunner:
         self.states = StatePool(c, o.buckets[-1], device="cuda") if GDN in c.layer_types else None
         self.slots: dict[int, int] = {}
         """sequence id -> its recurrent-state slot (hybrid models)."""
+        attn_layers = sum(kind != GDN for kind in c.layer_types)
         if num_blocks is None:
             free, _ = torch.cuda.mem_get_info()
-            per_block = KVCache.bytes_per_token(sum(kind != GDN for kind in c.layer_types), c.num_kv_heads,
-                                                c.head_dim, dtype) * o.block_size
+            per_block = KVCache.bytes_per_token(attn_layers, c.num_kv_heads, c.head_dim, dtype) * o.block_size
             num_blocks = int(free * memory_fraction) // per_block
         if num_blocks < o.max_blocks:
-            raise MemoryError(f"the KV pool would hold {num_blocks} blocks of {o.block_size} tokens, fewer than one "
-                              f"sequence of {o.max_seq_len} tokens needs; free GPU memory or lower max_seq_len")
-        scales = [(1.0, 1.0)] * sum(kind != GDN for kind in c.layer_types) if dtype == torch.float8_e4m3fn else None
-        attn_layers = sum(kind != GDN for kind in c.layer_types)
+            raise EngineError(f"the KV pool would hold {num_blocks} blocks of {o.block_size} tokens, fewer than one "
+                              f"sequence of {o.max_seq_len} tokens needs; free GPU memory, or rebuild the engine "
+                              f"with a smaller --max-seq-len")
+        scales = [(1.0, 1.0)] * attn_layers if dtype == torch.float8_e4m3fn else None
         self.kv = KVCache.allocate(attn_layers, num_blocks, o.block_size, c.num_kv_heads, c.head_dim, dtype,
                                    device="cuda", scales=scales)
         self.blocks = BlockManager(num_blocks, o.block_size)

@@ -22,7 +22,8 @@ import sys
 import pytest
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
-from triton_interpreter import fix_interpreter_index  # noqa: E402
+from triton_interpreter import (fix_interpreter_index, fixed_interpreter, rel, report,  # noqa: E402
+                                run_in_fresh_process)
 
 NO_GPU = not torch.cuda.is_available()
 if NO_GPU and "triton" not in sys.modules:
@@ -43,33 +44,8 @@ BF16_TOL = 1e-2
 FP8 = torch.float8_e4m3fn
 
 
-def _fix_interpreter_bf16_dot():
-    """Triton 3.6's interpreter keeps bf16 as uint16 and its tl.dot multiplies those integers (results ~1e10);
-    convert bf16 operands to fp32 first (exact, as the tensor cores' bf16 products with fp32 accumulation)."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-    builder = interpreter.InterpreterBuilder
-    orig = builder.create_dot
-    if getattr(orig, "atlas_bf16_fix", False):
-        return
-
-    def as_fp32(h):
-        if h.dtype.scalar != tl.bfloat16:
-            return h
-        data = interpreter._convert_float(h.data, tl.bfloat16, tl.float32, None).view(np.float32)
-        return interpreter.TensorHandle(data, tl.float32)
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        return orig(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
-
-    create_dot.atlas_bf16_fix = True
-    builder.create_dot = create_dot
-
-
 if os.environ.get("TRITON_INTERPRET") == "1":
     fix_interpreter_index()
-    _fix_interpreter_bf16_dot()
 
 # The interpreter only takes effect if it was on when triton was first imported; a module that compiles kernels
 # for sm_90 may have imported it first. Then these CPU tests rerun in a fresh process instead.
@@ -86,24 +62,16 @@ def _interpreter_or_fresh_process(request):
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")
 def test_cpu_tests_in_fresh_process():
     """Rerun this module's interpreter tests in a process that imports triton with TRITON_INTERPRET=1."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-m", "not gpu",
-                           "-k", "not fresh_process and not sm90"], capture_output=True, text=True, env=env,
-                          timeout=900)
-    print(proc.stdout[-3000:])
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and " skipped" not in proc.stdout.splitlines()[-1]
+    run_in_fresh_process(__file__, "not fresh_process and not sm90")
 
 
-def rel(out, ref) -> float:
-    out, ref = out.double().cpu(), ref.double().cpu()
-    assert torch.isfinite(out).all(), "non-finite values (an element left unwritten, or a forbidden cache read)"
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+@pytest.fixture(scope="module", autouse=True)
+def _fixed_interpreter():
+    yield from fixed_interpreter(INTERPRET)
 
 
-def report(name: str, err: float, tol: float = TOL) -> None:
-    print(f"  {name}: rel err {err:.2e} (tol {tol:.0e})")
-    assert err < tol, f"{name}: relative error {err:.3e} over {tol:.0e}"
+
+
 
 
 def poison(*shape, dtype=torch.float32):

@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
-from triton_interpreter import fix_interpreter_index  # noqa: E402
+from triton_interpreter import fix_interpreter_index, rel, report, run_in_fresh_process  # noqa: E402
 
 NO_GPU = not torch.cuda.is_available()
 if NO_GPU and "triton" not in sys.modules:
@@ -62,24 +62,13 @@ def _interpreter_or_fresh_process(request):
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")
 def test_cpu_tests_in_fresh_process():
     """Rerun this module's interpreter tests in a process that imports triton with TRITON_INTERPRET=1."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-m", "not gpu",
-                           "-k", "not fresh_process and not ahead_of_time"], capture_output=True, text=True, env=env,
-                          timeout=900)
-    print(proc.stdout[-3000:])
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and " skipped" not in proc.stdout.splitlines()[-1]
+    run_in_fresh_process(__file__, "not fresh_process and not ahead_of_time")
 
 
-def rel(out, ref) -> float:
-    out, ref = out.double().cpu(), ref.double().cpu()
-    assert torch.isfinite(out).all(), "non-finite values (an element left unwritten?)"
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def report(name: str, err: float, tol: float = TOL) -> None:
-    print(f"  {name}: rel err {err:.2e} (tol {tol:.0e})")
-    assert err < tol, f"{name}: relative error {err:.3e} over {tol:.0e}"
+
+
 
 
 class Shape:

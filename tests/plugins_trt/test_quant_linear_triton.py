@@ -8,7 +8,7 @@ imported triton for compilation first, test_interpreter_tests_in_fresh_process r
 subprocess that starts with the variable set. `gpu` tests repeat the checks at real sizes on CUDA. The AOT test
 compiles every kernel for sm_90 in a subprocess, through the build stage's KernelSpec / compile_kernel.
 
-Triton 3.6's interpreter (with numpy 2.x) gets four things wrong that these kernels use; _patch_interpreter fixes
+Triton 3.6's interpreter (with numpy 2.x) gets four things wrong that these kernels use; triton_interpreter.py fixes
 them in this process only, and test_interpreter_patches checks each against torch:
   1. int() of a scalar tensor fails (scalars are 1-element arrays), so loops with run-time bounds cannot start;
   2. tl.dot on bf16 multiplies the raw uint16 bit patterns;
@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 
@@ -35,82 +34,10 @@ from atlas.build_engine.quantize.quantizer import quantize
 from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
 from atlas.plugins_trt.quant_linear.reference import pack_e2m1, quant_linear
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from triton_interpreter import fixed_interpreter, restore_env, run_in_fresh_process  # noqa: E402
+
 NO_GPU = not torch.cuda.is_available()
-
-
-def _patch_interpreter():
-    """Apply the four fixes; returns a function that undoes them."""
-    import triton.language as tl
-    from triton.runtime import interpreter as ti
-
-    def bf16_bits_to_f32(a):
-        return (a.astype(np.uint32) << 16).view(np.float32)
-
-    orig_patch_tensor = ti._patch_lang_tensor
-
-    def patch_tensor(tensor, scope):
-        orig_patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    orig_dot = ti.InterpreterBuilder.create_dot
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if a.dtype.scalar != tl.bfloat16 and b.dtype.scalar != tl.bfloat16:
-            return orig_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
-        a32 = bf16_bits_to_f32(a.data) if a.dtype.scalar == tl.bfloat16 else a.data.astype(np.float32)
-        b32 = bf16_bits_to_f32(b.data) if b.dtype.scalar == tl.bfloat16 else b.data.astype(np.float32)
-        return ti.TensorHandle(np.matmul(a32, b32, dtype=np.float32) + d.data, d.dtype.scalar)
-
-    orig_cast = ti.InterpreterBuilder.cast_impl
-
-    def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            t = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)
-            return ti.TensorHandle(t.view(torch.uint16).numpy(), tl.bfloat16)
-        return orig_cast(self, src, dst_type)
-
-    orig_fp_to_fp = ti.InterpreterBuilder.create_fp_to_fp
-
-    def create_fp_to_fp(self, src, dst_type, rounding_mode):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.float8e4nv:
-            t = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.float8_e4m3fn)  # RNE, saturating
-            return ti.TensorHandle(t.view(torch.uint8).numpy(), tl.float8e4nv)
-        return orig_fp_to_fp(self, src, dst_type, rounding_mode)
-
-    builder = ti.InterpreterBuilder
-    saved = [(ti, "_patch_lang_tensor"), (builder, "create_dot"), (builder, "cast_impl"),
-             (builder, "create_fp_trunc"), (builder, "create_fp_to_fp")]
-    saved = [(obj, name, obj.__dict__[name]) for obj, name in saved]
-    ti._patch_lang_tensor = patch_tensor
-    builder.create_dot = create_dot
-    builder.cast_impl = cast_impl
-    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
-    builder.create_fp_to_fp = create_fp_to_fp
-
-    def undo():
-        for obj, name, value in saved:
-            setattr(obj, name, value)
-    return undo
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fixed_interpreter():
-    if not INTERPRET:
-        yield
-        return
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    undo = _patch_interpreter()
-    yield
-    undo()
-    _restore_env(saved)
-
-
-def _restore_env(saved):
-    if saved is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = saved
 
 
 _saved_env = os.environ.get("TRITON_INTERPRET")
@@ -122,13 +49,20 @@ try:
     from atlas.plugins_trt.quant_linear import triton_gemm as GM  # noqa: E402
     from atlas.plugins_trt.quant_linear import triton_gemv as GV  # noqa: E402
 finally:
-    _restore_env(_saved_env)
+    restore_env(_saved_env)
 
 # True where the interpreter tests can run in this process: no GPU, and triton (with these kernels) was imported
 # under TRITON_INTERPRET=1.
 INTERPRET = NO_GPU and all(type(f).__name__ == "InterpretedFunction" for f in (_tl.zeros, GV.nvfp4_gemv_kernel))
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fixed_interpreter():
+    yield from fixed_interpreter(INTERPRET)
+
+
 cpu_only = pytest.mark.skipif(not INTERPRET, reason=(
     "triton was imported for compilation before this module; test_interpreter_tests_in_fresh_process runs these"
     if NO_GPU else "interpreter test (runs where no GPU is present)"))
@@ -617,12 +551,7 @@ def test_interpreter_patches():
 def test_interpreter_tests_in_fresh_process():
     """Another module imported triton for compilation first: rerun this module's interpreter tests in a process
     that imports triton with TRITON_INTERPRET=1."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                           "interpreter and not fresh_process"], capture_output=True, text=True, env=env, timeout=600)
-    print(proc.stdout[-3000:])
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout.split("\n")[-2], "interpreter tests did not run"
+    run_in_fresh_process(__file__, "interpreter and not fresh_process", timeout=600)
 
 
 # ---- AOT compilation for sm_90 (no GPU needed) ----------------------------------------------------------------

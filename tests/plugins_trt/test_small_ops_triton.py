@@ -17,7 +17,7 @@ does not own must come back bit-identical. Error ratio ‖out - ref‖ / ‖ref�
                   (a step is 2^-3 relative), and at least 99% of the bytes identical.
 
 Triton 3.6's interpreter (numpy 2.x) gets three things wrong that these kernels use, and is slow at a fourth;
-_patch_interpreter fixes them while this module's tests run (test_interpreter_patches checks the first three):
+tests/triton_interpreter.py fixes them while this module's tests run (test_interpreter_patches checks the first three):
   1. int() of a scalar tensor fails (scalars are 1-element arrays): loops with run-time bounds cannot start;
   2. fp32 -> bf16 casts truncate instead of rounding to nearest even (the GPU rounds);
   3. fp32 -> e4m3 casts lose the carry when rounding up crosses a power of two (127.6 -> 64);
@@ -27,16 +27,17 @@ _patch_interpreter fixes them while this module's tests run (test_interpreter_pa
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from triton_interpreter import fixed_interpreter, rel, report, restore_env, run_in_fresh_process  # noqa: E402
 
 from atlas.plugins_trt.activation.reference import silu_mul
 from atlas.plugins_trt.embedding.reference import embedding
@@ -49,13 +50,6 @@ NO_GPU = not torch.cuda.is_available()
 DEV = "cpu" if NO_GPU else "cuda"
 FP32_TOL, BF16_TOL, FP8_TOL = 1e-5, 8e-3, 2e-2
 FP8 = torch.float8_e4m3fn
-
-
-def _restore_env(saved):
-    if saved is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = saved
 
 
 def _interpreter_possible() -> bool:
@@ -80,7 +74,7 @@ try:
     from atlas.plugins_trt.rope.triton_rope import launch_qkv_rope
     from atlas.plugins_trt.sampling.triton_sampling import launch_argmax, launch_sample
 finally:
-    _restore_env(_saved_env)
+    restore_env(_saved_env)
 
 # True where the interpreter tests can run in this process.
 INTERPRET = NO_GPU and all(type(f).__name__ == "InterpretedFunction" for f in (_tl.zeros, rms_norm_kernel))
@@ -88,94 +82,12 @@ small = pytest.mark.skipif(NO_GPU and not INTERPRET, reason=(
     "triton was imported for compilation before this module; test_interpreter_tests_in_fresh_process runs these"))
 
 
-def _patch_interpreter():
-    """Apply the four fixes of the module docstring; returns a function that undoes them."""
-    import triton.language as tl
-    from triton.runtime import interpreter as ti
-
-    orig_patch_tensor = ti._patch_lang_tensor
-
-    def patch_tensor(tensor, scope):
-        orig_patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    orig_cast = ti.InterpreterBuilder.cast_impl
-
-    def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            t = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)  # RNE, as the GPU
-            return ti.TensorHandle(t.view(torch.uint16).numpy(), tl.bfloat16)
-        return orig_cast(self, src, dst_type)
-
-    orig_fp_to_fp = ti.InterpreterBuilder.create_fp_to_fp
-
-    def create_fp_to_fp(self, src, dst_type, rounding_mode):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.float8e4nv:
-            t = torch.from_numpy(np.ascontiguousarray(src.data)).to(FP8)  # RNE, as cvt.rn.satfinite
-            return ti.TensorHandle(t.view(torch.uint8).numpy(), tl.float8e4nv)
-        return orig_fp_to_fp(self, src, dst_type, rounding_mode)
-
-    # 4: a launch patches the language for the kernel's module; nested calls patch it again on every call.
-    patched_in_launch: set = set()
-    orig_grid_call = ti.GridExecutor.__call__
-
-    def grid_call(self, *args, **kwargs):
-        patched_in_launch.clear()
-        return orig_grid_call(self, *args, **kwargs)
-
-    def nested_call(self, *args, **kwargs):
-        langs = frozenset(id(v) for v in self.fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
-        if langs not in patched_in_launch:
-            ti._patch_lang(self.fn)
-            patched_in_launch.add(langs)
-        fn = self.rewrite()
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            raise ti.InterpreterError(repr(e)) from e
-
-    builder = ti.InterpreterBuilder
-    saved = [(ti, "_patch_lang_tensor"), (builder, "cast_impl"), (builder, "create_fp_trunc"),
-             (builder, "create_fp_to_fp"), (ti.GridExecutor, "__call__"), (ti.InterpretedFunction, "__call__")]
-    saved = [(obj, name, obj.__dict__[name]) for obj, name in saved]
-    ti._patch_lang_tensor = patch_tensor
-    builder.cast_impl = cast_impl
-    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
-    builder.create_fp_to_fp = create_fp_to_fp
-    ti.GridExecutor.__call__ = grid_call
-    ti.InterpretedFunction.__call__ = nested_call
-
-    def undo():
-        for obj, name, value in saved:
-            setattr(obj, name, value)
-    return undo
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _fixed_interpreter():
-    if not INTERPRET:
-        yield
-        return
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    undo = _patch_interpreter()
-    yield
-    undo()
-    _restore_env(saved)
+    yield from fixed_interpreter(INTERPRET, fast_nested=True)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double().cpu(), ref.double().cpu()
-    assert torch.isfinite(out).all(), "non-finite values (an element left unwritten?)"
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
-
-
-def report(name: str, err: float, tol: float) -> None:
-    print(f"  {name}: rel err {err:.2e} (tol {tol:.0e})")
-    assert err < tol, f"{name}: relative error {err:.3e} over {tol:.0e}"
 
 
 def tol_of(dtype: torch.dtype) -> float:
@@ -538,13 +450,7 @@ def test_interpreter_patches():
 def test_interpreter_tests_in_fresh_process():
     """Another module imported triton for compilation first: rerun this module's small tests in a process that
     imports triton with TRITON_INTERPRET=1."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-m", "not gpu",
-                           "-k", "not fresh_process and not aot"], capture_output=True, text=True, env=env,
-                          timeout=600)
-    print(proc.stdout[-3000:])
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout.strip().splitlines()[-1]
+    run_in_fresh_process(__file__, "not fresh_process and not aot", timeout=600)
 
 
 # ---------------------------------------------------------------------------------------------- AOT for sm_90

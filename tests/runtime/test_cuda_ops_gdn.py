@@ -22,13 +22,12 @@ Run with -s to see the error ratios.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
-from triton_interpreter import fix_interpreter_index  # noqa: E402
+from triton_interpreter import fix_interpreter_index, rel, run_in_fresh_process  # noqa: E402
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -61,13 +60,7 @@ def _interpreter_or_fresh_process(request):
 
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")
 def test_cpu_tests_in_fresh_process():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    args = ["-q", "-s", "-p", "no:cacheprovider", __file__, "-m", "not gpu", "-k", "not fresh_process"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
-    print(proc.stdout[-3000:])
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and " skipped" not in proc.stdout.splitlines()[-1]
+    run_in_fresh_process(__file__, "not fresh_process", timeout=600)
 
 
 # One GDN layer at the shapes of the kernel tests: HK 2, HV 4, DK 16, DV 32, conv width 4 (C = 192).
@@ -111,10 +104,7 @@ def _step(lens: list[int], slots: list[int], pad_to: int | None, device) -> Step
     return StepInputs.build(batch, BlockManager(64, 16), 16, device=device, pad_to=pad_to)
 
 
-def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double().cpu(), ref.double().cpu()
-    assert torch.isfinite(out).all(), "non-finite values"
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
 
 
 def _run_and_compare(act: torch.dtype, lens: list[int], slots: list[int], pad_to: int | None, seed: int):
