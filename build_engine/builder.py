@@ -48,6 +48,9 @@ class BuildConfig:
     """--device cuda: the paged KV cache's format, bfloat16 or fp8 (E4M3, one scale per tensor)."""
     max_batch: int = 32
     """--device cuda: the most sequences a decode step runs (the largest captured batch bucket)."""
+    tuning_cache: Path | None = None
+    """--device cuda, autotuned: a JSON file of chosen kernel configurations that this build reuses and adds to
+    (build_engine/tuning_cache.py)."""
     overwrite: bool = False
     progress: bool = True
 
@@ -185,7 +188,7 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
 
         options = RunnerOptions(max_batch=cfg.max_batch, kv_cache_dtype=cfg.kv_cache_dtype, max_seq_len=max_seq_len)
         kernels, linear_kernels, gdn_kernels, step_kernels, target = _compile_kernels(
-            config, converter.formats, out, cfg.autotune, options)
+            config, converter.formats, out, cfg.autotune, options, cfg.tuning_cache)
     has_tokenizer = ckpt.export_tokenizer(out)
     for file in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = str(file.relative_to(out))
@@ -227,7 +230,7 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
 
 
 def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path, autotune: bool,
-                     options) -> tuple[dict, dict, dict, dict, dict]:
+                     options, tuning_cache: Path | None = None) -> tuple[dict, dict, dict, dict, dict]:
     """Every GPU kernel the engine needs, compiled for sm_90 into one table; the quantized linears' kernels
     autotuned when this machine has the GPU. options: the model runner's (RunnerOptions), which fix the step
     kernels. Returns (kernel table, linear plan, GDN plan, step kernels, target)."""
@@ -245,13 +248,20 @@ def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path, au
         arch = 10 * major + minor
         if arch != 90:
             raise BuildError(f"this GPU is sm_{arch}; Atlas's kernels target Hopper (sm_90) for now.")
-    compiled, plan = linear_kernel_list(config, formats, tune=tune)
+    cache = None
+    if tune:
+        from atlas.build_engine.tuning_cache import TuningCache
+        cache = TuningCache.for_this_gpu(tuning_cache)
+    compiled, plan = linear_kernel_list(config, formats, tune=tune, cache=cache)
     gdn_compiled, gdn_plan = compile_gdn_kernels(config, out / "kernels", arch=arch)
     compiled += gdn_compiled
     step_compiled, step_plan = compile_step_kernels(config, options, arch=arch)
     compiled += step_compiled
     table = write_kernels(compiled, out / "kernels") if compiled else {}
-    return table, plan, gdn_plan, step_plan, {"device": "cuda", "arch": arch, "autotuned": tune}
+    target = {"device": "cuda", "arch": arch, "autotuned": tune}
+    if cache is not None and tuning_cache is not None:
+        target["tuning_cache"] = {"hits": cache.hits, "misses": cache.misses}
+    return table, plan, gdn_plan, step_plan, target
 
 
 def _generation_defaults(generation: dict, config: ModelConfig) -> dict:

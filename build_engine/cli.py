@@ -53,12 +53,15 @@ def _size(n: int) -> str:
               help="--device cuda: most sequences in one decode step (the largest CUDA graph batch bucket).")
 @click.option("--autotune/--no-autotune", default=True, show_default=True,
               help="--device cuda: time candidate kernel configurations on this machine's GPU.")
+@click.option("--tuning-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="--device cuda: reuse the kernel configurations in this JSON file and add the ones this build "
+                   "times (entries are per GPU, Triton version and kernel source).")
 @click.option("--onnx/--no-onnx", default=True, show_default=True,
               help="Export one ONNX graph per layer type into onnx/ (for atlas-compare --reference onnx).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_dtype, max_batch, autotune, onnx,
-         overwrite, quiet):
+def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_dtype, max_batch, autotune,
+         tuning_cache, onnx, overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
@@ -70,7 +73,8 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_
     try:
         result = build(BuildConfig(checkpoint, output, dtype=dtype, class_dtypes=parse_class_dtypes(class_dtypes),
                                    max_seq_len=max_seq_len, device=device, kv_cache_dtype=kv_cache_dtype,
-                                   max_batch=max_batch, autotune=autotune, onnx=onnx, overwrite=overwrite,
+                                   max_batch=max_batch, autotune=autotune, tuning_cache=tuning_cache,
+                                   onnx=onnx, overwrite=overwrite,
                                    progress=not quiet))
     except BuildError as e:
         raise click.ClickException(str(e)) from None
@@ -87,6 +91,9 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_
     )
     if m.get("kernels"):
         tuned = "autotuned" if m["target"].get("autotuned") else "heuristic configs, not autotuned"
+        if "tuning_cache" in m["target"]:
+            tc = m["target"]["tuning_cache"]
+            tuned += f"; {tc['hits']} configurations from the tuning cache, {tc['misses']} timed"
         click.echo(f"  kernels   {len(m['kernels']['kernels'])} for sm_{m['target']['arch']} ({tuned})")
     if m["onnx"]:
         click.echo(f"  onnx      {', '.join(m['onnx'])} (opset {next(iter(m['onnx'].values()))['opset']})")

@@ -221,8 +221,9 @@ def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], 
 
 
 def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune: bool,
-                       candidates_per_bucket: int = CANDIDATES_PER_BUCKET) -> tuple[list, dict]:
-    """Choose and compile (without writing) every kernel the quantized linears need: (compiled, plan)."""
+                       candidates_per_bucket: int = CANDIDATES_PER_BUCKET, cache=None) -> tuple[list, dict]:
+    """Choose and compile (without writing) every kernel the quantized linears need: (compiled, plan).
+    cache: a TuningCache (build_engine/tuning_cache.py) whose entries replace timing and which gets what was timed."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
@@ -249,7 +250,11 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 cands = tiled_configs(cands) if tiled else cands
             if not cands:
                 raise RuntimeError(f"no {fmt} kernel configuration fits {n}x{k} at M bucket {bucket}")
-            cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
+            cfg = cache.get(fmt, n, k, bucket) if (tune and cache is not None) else None
+            if cfg is None:
+                cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
+                if tune and cache is not None:
+                    cache.put(fmt, n, k, bucket, cfg)
             tag = "_".join(f"{v}" for v in cfg.values())
             item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None, "perm": None}
             if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)

@@ -35,7 +35,8 @@ SUMMARY = {  # summary key -> (case, batch)
 }
 
 
-def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int) -> dict:
+def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
+               tuning_cache: Path | None = None) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.runtime.bench import bench
     from atlas.runtime.cuda_engine import load_cuda_engine
@@ -45,12 +46,15 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     out = work / case.replace(":", "-")
     t0 = time.perf_counter()
     build(BuildConfig(f"synthetic:{preset}", out, dtype=dtype, device="cuda", onnx=False, overwrite=True,
-                      max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes), progress=False))
+                      max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes), tuning_cache=tuning_cache,
+                      progress=False))
     build_s = time.perf_counter() - t0
+    click.echo(f"{case}: built in {build_s:.0f} s", err=True)
     runner = None
     try:
         runner = ModelRunner(load_cuda_engine(out, verify_checksums=False))
         runner.capture()
+        click.echo(f"{case}: loaded and captured in {time.perf_counter() - t0 - build_s:.0f} s", err=True)
         result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -157,9 +161,11 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
 @click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/atlas-bench"), show_default=True)
 @click.option("--part", type=click.Choice(["both", "atlas", "hf"]), default="both", show_default=True,
               help="Run the Atlas engines, the transformers peers, or both (a 27B case takes most of a device call).")
+@click.option("--tuning-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="atlas-build's --tuning-cache: kernel configurations chosen by an earlier build on this GPU.")
 @click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
               help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
-def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, merge_path):
+def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, merge_path):
     from atlas.tools.bench.timing import device_info
 
     sizes = [int(b) for b in batch_sizes.split(",")]
@@ -176,7 +182,7 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
         result["hf"] = dict(earlier["hf"])
     for name in names:  # written after every case: a later failure keeps what ran
         if part in ("both", "atlas"):
-            result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats))
+            result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats, tuning_cache))
             click.echo(f"{name}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
                                                f" of floor)" for c in result["atlas"][-1]["cases"]))
         preset = name.split(":")[0]

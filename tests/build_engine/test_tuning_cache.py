@@ -1,0 +1,103 @@
+"""Tuning cache (build_engine/tuning_cache.py): a build reuses the configurations an earlier build on the same GPU,
+Triton and kernel sources timed, times only what is missing, and refuses an unreadable file with what to do.
+
+CPU: the timing and the compiles are replaced (they need the GPU, or take minutes); what is tested is which
+configurations the plan gets and what the file holds afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from atlas.build_engine import linear_kernels
+from atlas.build_engine.errors import BuildError
+from atlas.build_engine.tuning_cache import TuningCache, kernel_digest
+
+SHAPES = [("fp8", 128, 256), ("nvfp4", 256, 128)]
+BUCKETS = linear_kernels.GEMV_BUCKETS + linear_kernels.GEMM_BUCKETS
+
+
+@pytest.fixture
+def no_gpu_work(monkeypatch):
+    """linear_kernel_list over SHAPES without a GPU: `_tune` records its calls and answers the last candidate
+    (not the heuristic's first), compiles return their names."""
+    timed = []
+
+    def fake_tune(fmt, bucket, n, k, candidates):
+        timed.append((fmt, n, k, bucket))
+        return candidates[-1]
+
+    monkeypatch.setattr(linear_kernels, "linear_shapes", lambda config, formats: SHAPES)
+    monkeypatch.setattr(linear_kernels, "_tune", fake_tune)
+    monkeypatch.setattr(linear_kernels, "compile_kernel", lambda spec: spec)
+    monkeypatch.setattr(linear_kernels.torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(multi_processor_count=132))
+    return timed
+
+
+def plan(cache):
+    return linear_kernels.linear_kernel_list(None, {}, tune=True, cache=cache)[1]
+
+
+def configs(p):
+    return {(key, b): item["config"] for key, entry in p.items() for b, item in entry.items()}
+
+
+def test_a_second_build_times_nothing_and_gets_the_same_plan(no_gpu_work, tmp_path):
+    path = tmp_path / "cache.json"
+    first = TuningCache(path, "NVIDIA H200", "3.6.0")
+    p1 = plan(first)
+    assert len(no_gpu_work) == len(SHAPES) * len(BUCKETS) and first.misses == len(no_gpu_work) and first.hits == 0
+    no_gpu_work.clear()
+    again = TuningCache(path, "NVIDIA H200", "3.6.0")
+    p2 = plan(again)
+    assert no_gpu_work == [] and again.hits == len(SHAPES) * len(BUCKETS) and again.misses == 0
+    assert configs(p2) == configs(p1)
+    # the cached choice is the timed one, not the heuristic's first candidate
+    heuristic = configs(linear_kernels.linear_kernel_list(None, {}, tune=False)[1])
+    assert configs(p2) != heuristic
+
+
+def test_only_missing_entries_are_timed_and_added(no_gpu_work, tmp_path):
+    path = tmp_path / "cache.json"
+    plan(TuningCache(path, "NVIDIA H200", "3.6.0"))
+    data = json.loads(path.read_text())
+    dropped = next(k for k in data["entries"] if "|nvfp4:256x128|M8" in k)
+    del data["entries"][dropped]
+    path.write_text(json.dumps(data))
+    no_gpu_work.clear()
+    cache = TuningCache(path, "NVIDIA H200", "3.6.0")
+    plan(cache)
+    assert no_gpu_work == [("nvfp4", 256, 128, 8)] and cache.misses == 1
+    assert dropped in json.loads(path.read_text())["entries"]
+
+
+@pytest.mark.parametrize("device, triton", [("NVIDIA H100 80GB HBM3", "3.6.0"), ("NVIDIA H200", "3.7.0")])
+def test_entries_of_another_gpu_or_triton_are_not_used(no_gpu_work, tmp_path, device, triton):
+    path = tmp_path / "cache.json"
+    plan(TuningCache(path, "NVIDIA H200", "3.6.0"))
+    no_gpu_work.clear()
+    other = TuningCache(path, device, triton)
+    plan(other)
+    assert other.hits == 0 and len(no_gpu_work) == len(SHAPES) * len(BUCKETS)
+    # both sets are kept
+    assert len(json.loads(path.read_text())["entries"]) == 2 * len(SHAPES) * len(BUCKETS)
+
+
+def test_the_key_names_the_kernel_sources():
+    cache = TuningCache(None, "NVIDIA H200", "3.6.0")
+    assert kernel_digest() in cache.key("nvfp4", 256, 128, 1) and len(kernel_digest()) == 16
+    cache.put("nvfp4", 256, 128, 1, {"BLOCK_N": 64})  # no path: nothing is written
+    assert cache.get("nvfp4", 256, 128, 1) == {"BLOCK_N": 64}
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": "other", "version": 1, "entries": {}}',
+                                  '{"format": "atlas-tuning-cache", "version": 1}'])
+def test_an_unreadable_cache_is_a_build_error_that_says_what_to_do(tmp_path, text):
+    path = tmp_path / "cache.json"
+    path.write_text(text)
+    with pytest.raises(BuildError, match="delete it or pass another path"):
+        TuningCache(path, "NVIDIA H200", "3.6.0")
