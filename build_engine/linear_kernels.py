@@ -22,7 +22,9 @@ row-major order (what the CPU reference, the ONNX graphs and other tools read).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import time
 
 import torch
 
@@ -32,6 +34,7 @@ from atlas.runtime.config import ModelConfig
 from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS
 from atlas.runtime.layout import canonical_shapes
 
+log = logging.getLogger(__name__)
 KERNEL_FORMATS = ("nvfp4", "fp8")
 CANDIDATES_PER_BUCKET = 16
 """GEMV configs timed per bucket, shared evenly over the ways (plain / pipelined CUDA cores, tensor cores, Gluon); the
@@ -171,30 +174,48 @@ def _random_weights(fmt: str, n: int, k: int):
     return quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, fmt)
 
 
-def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict:
-    """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT)."""
-    import triton.testing
-
-    from atlas.plugins_trt.quant_linear import triton_gemm as gemm
-    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, tiled: bool, bits: bool):
+    """(weights as the candidates read them, x, fp32 reference) on random data of the real shape."""
     from atlas.plugins_trt.quant_linear.reference import dequantize
 
     qt = _random_weights(fmt, n, k)
     x = torch.randn(bucket, k, device="cuda", dtype=torch.bfloat16)
     ref = x.float() @ dequantize(fmt, qt.weight, qt.weight_scale, qt.weight_scale_2).T
-    if candidates and candidates[0].get("TILED"):  # the candidates read the GPU order, as the runtime will give it
+    if tiled:  # the candidates read the GPU order, as the runtime will give it
         from atlas.plugins_trt.quant_linear.layout import gpu_order
-        w, ws = gpu_order(qt.weight, qt.weight_scale, bool(candidates[0].get("BITS")))
+        w, ws = gpu_order(qt.weight, qt.weight_scale, bits)
         qt = dataclasses.replace(qt, weight=w, weight_scale=ws)
+    return qt, x, ref
+
+
+def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict):
+    """The launch the build times for one candidate (a function of no arguments returning y)."""
+    from atlas.plugins_trt.quant_linear import triton_gemm as gemm
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+
+    if bucket in GEMV_BUCKETS:
+        if fmt == "nvfp4":
+            return lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True)
+        return lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True)
+    if fmt == "nvfp4":
+        return lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)
+    return lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg)
+
+
+def _inputs_for(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]):
+    first = candidates[0] if candidates else {}
+    return _tuning_inputs(fmt, bucket, n, k, bool(first.get("TILED")), bool(first.get("BITS")))
+
+
+def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict:
+    """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT)."""
+    import triton.testing
+
+    qt, x, ref = _inputs_for(fmt, bucket, n, k, candidates)
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
-        if bucket in GEMV_BUCKETS:
-            fn = (lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True)) \
-                if fmt == "nvfp4" else (lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True))
-        else:
-            fn = (lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)) \
-                if fmt == "nvfp4" else (lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg))
+        fn = _candidate_call(fmt, bucket, qt, x, cfg)
         try:
             y = fn().float()
             if not float((y - ref).norm() / ref.norm()) < bound:  # a config that computes wrong here is skipped
@@ -207,6 +228,59 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
     if best is None:
         raise RuntimeError(f"no kernel configuration ran for {fmt} {n}x{k} at M={bucket}")
     return best
+
+
+_WORKER_INPUTS: dict = {}
+
+
+def _cache_args(case: tuple[str, int, int, int]) -> tuple[str, int, int, int]:
+    fmt, bucket, n, k = case
+    return fmt, n, k, bucket
+
+
+def _precompile_one(job: tuple) -> bool:
+    """In a worker process: launch one candidate once, so that Triton compiles it into its on-disk cache (shared
+    with the build's process, which then loads instead of compiling). False where it cannot run."""
+    fmt, bucket, n, k, candidates, i = job
+    key = (fmt, bucket, n, k, bool(candidates[0].get("TILED")), bool(candidates[0].get("BITS")))
+    try:
+        if key not in _WORKER_INPUTS:
+            _WORKER_INPUTS.clear()  # one shape's tensors at a time
+            _WORKER_INPUTS[key] = _inputs_for(fmt, bucket, n, k, candidates)
+        qt, x, _ = _WORKER_INPUTS[key]
+        _candidate_call(fmt, bucket, qt, x, candidates[i])()
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
+def precompile_candidates(jobs: list[tuple[str, int, int, int, list[dict]]], workers: int | None = None) -> int:
+    """Compile every candidate of the (fmt, bucket, n, k, candidates) jobs in parallel processes before they are
+    timed one by one (Triton compiles a kernel on its first launch, about a second each; a quantized 8B model has
+    some 800 candidates). Returns how many ran; a failure here only means the timing compiles it instead."""
+    import concurrent.futures
+    import multiprocessing
+    import os
+
+    tasks = [(fmt, b, n, k, cands, i) for fmt, b, n, k, cands in jobs for i in range(len(cands))]
+    workers = workers or min(16, os.cpu_count() or 1, len(tasks))
+    if workers < 2 or not tasks:
+        return 0
+    # tasks of one shape and bucket go to one worker in a row (its inputs are made once)
+    ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
+    t0 = time.perf_counter()
+    try:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            ran = sum(pool.map(_precompile_one, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
+        log.info("precompiled %d of %d candidates in %.0f s on %d processes", ran, len(tasks),
+                 time.perf_counter() - t0, workers)
+        return ran
+    except Exception as e:  # noqa: BLE001 (a broken pool: the timing compiles everything itself)
+        import warnings
+        warnings.warn(f"parallel precompile failed ({type(e).__name__}: {e}); compiling while timing instead",
+                      stacklevel=2)
+        return 0
 
 
 def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], kernels_dir, tune: bool,
@@ -237,74 +311,85 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             compiled.append(compile_kernel(sig.kernel_spec(name, grid)))
         return name
 
-    for fmt, n, k in linear_shapes(config, weight_formats):
+    def candidates(fmt, bucket, n, k):
+        if bucket in GEMV_BUCKETS and fmt == "nvfp4":
+            cands = nvfp4_gemv_candidates(bucket, n, k, candidates_per_bucket, sm_count)
+        elif bucket in GEMV_BUCKETS:
+            cands = gemv_candidates(gemv.CONFIGS_fp8_gemv, bucket, n, candidates_per_bucket, k)
+        else:
+            cands = gemm.gemm_candidates(fmt, n, k, sm_count)
+            cands = tiled_configs(cands) if is_tiled(fmt, n, k) else cands
+        if not cands:
+            raise RuntimeError(f"no {fmt} kernel configuration fits {n}x{k} at M bucket {bucket}")
+        return cands
+
+    cases = [(fmt, bucket, n, k) for fmt, n, k in linear_shapes(config, weight_formats)
+             for bucket in GEMV_BUCKETS + GEMM_BUCKETS]
+    chosen = {c: cache.get(*_cache_args(c)) if (tune and cache is not None) else None for c in cases}
+    if tune:  # what will be timed is compiled first, in parallel
+        precompile_candidates([(*c, candidates(*c)) for c in cases if chosen[c] is None])
+    t0 = time.perf_counter()
+    for fmt, bucket, n, k in cases:
         entry = plan.setdefault(shape_key(fmt, n, k), {})
-        for bucket in GEMV_BUCKETS + GEMM_BUCKETS:
-            tiled = is_tiled(fmt, n, k)
-            if bucket in GEMV_BUCKETS and fmt == "nvfp4":
-                cands = nvfp4_gemv_candidates(bucket, n, k, candidates_per_bucket, sm_count)
-            elif bucket in GEMV_BUCKETS:
-                cands = gemv_candidates(gemv.CONFIGS_fp8_gemv, bucket, n, candidates_per_bucket, k)
+        cfg = chosen[(fmt, bucket, n, k)]
+        if cfg is None:
+            cands = candidates(fmt, bucket, n, k)
+            cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
+            if tune and cache is not None:
+                cache.put(fmt, n, k, bucket, cfg)
+        tag = "_".join(f"{v}" for v in cfg.values())
+        item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None, "perm": None}
+        if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
+            from atlas.plugins_trt.quant_linear import gluon_streamk
+            item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
+                                 f"nvfp4_gemv_streamk.{n}x{k}.{tag}", gluon_streamk.grid_streamk(cfg))
+        elif bucket in GEMV_BUCKETS:
+            # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
+            sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
+            item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
+        elif cfg.get("SK"):  # a persistent form (wgmma, or RS): x permuted, the kernel, the reduction
+            from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
+            if cfg.get("WS"):
+                item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_rs_sk(cfg, n, k), f"nvfp4_rs_sk.{n}x{k}.{tag}",
+                                     (cfg["SK"], 1, 1))
             else:
-                cands = gemm.gemm_candidates(fmt, n, k, sm_count)
-                cands = tiled_configs(cands) if tiled else cands
-            if not cands:
-                raise RuntimeError(f"no {fmt} kernel configuration fits {n}x{k} at M bucket {bucket}")
-            cfg = cache.get(fmt, n, k, bucket) if (tune and cache is not None) else None
-            if cfg is None:
-                cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
-                if tune and cache is not None:
-                    cache.put(fmt, n, k, bucket, cfg)
-            tag = "_".join(f"{v}" for v in cfg.values())
-            item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None, "perm": None}
-            if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
-                from atlas.plugins_trt.quant_linear import gluon_streamk
-                item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
-                                     f"nvfp4_gemv_streamk.{n}x{k}.{tag}", gluon_streamk.grid_streamk(cfg))
-            elif bucket in GEMV_BUCKETS:
-                # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
-                sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
-                item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
-            elif cfg.get("SK"):  # a persistent form (wgmma, or RS): x permuted, the kernel, the reduction
-                from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
-                if cfg.get("WS"):
-                    item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_rs_sk(cfg, n, k), f"nvfp4_rs_sk.{n}x{k}.{tag}",
-                                         (cfg["SK"], 1, 1))
-                else:
-                    item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma_sk(cfg, n, k),
-                                         f"nvfp4_wgmma_sk.{n}x{k}.{tag}", (cfg["SK"], 1, 1))
-                if not cfg.get("FIX"):
-                    item["reduce"] = add(gluon_gemm.signature_sk_reduce(cfg, n, k), f"sk_reduce.{n}x{k}.{tag}",
-                                         gluon_gemm.grid_sk_reduce(cfg, bucket, n))
-            elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
-                from atlas.plugins_trt.quant_linear import gluon_gemm
-                item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",
-                                     gluon_gemm.grid_wgmma(cfg, bucket, n))
-            elif cfg.get("WS"):  # x as given (NAT) or permuted (gluon_ws.x_operand), then the kernel
-                from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
-                item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_ws(cfg, n, k), f"nvfp4_ws.{n}x{k}.{tag}",
-                                     gluon_gemm.grid_wgmma(cfg, bucket, n))
-            elif cfg.get("DEQUANT"):  # nvfp4 rows -> bf16 workspace, then cuBLAS (gemm.nvfp4_dequant_linear)
-                rows = min(gemm.dequant_rows(cfg, k), n)
-                item["rows"] = rows
-                item["kernel"] = add(gemm.signature_nvfp4_dequant(cfg, n, k), f"nvfp4_dequant.{n}x{k}.{tag}",
-                                     gemm.grid_nvfp4_dequant(cfg, rows, k))
-            else:
-                if not cfg.get("CUBLAS"):  # fp8 CUBLAS: only the activation quantization is an Atlas kernel
-                    sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
-                    item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))
-                if fmt == "fp8":
-                    qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
-                    item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
-                                        gemm.grid_quantize_rows_fp8(qcfg, bucket))
-            if cfg.get("SPLIT_K", 1) > 1:  # fp32 partials, summed (+ bias) by the split-K reduction
-                rcfg = gemv.CONFIGS_splitk_reduce[0]
-                rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
-                item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
-                                     gemv.grid_splitk_reduce(rcfg, bucket, n))
-            if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
-                bk = cfg["BLOCK_K"]
-                item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
-                                   gemm.grid_permute_k(bk, bucket, k))
-            entry[str(bucket)] = item
+                item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma_sk(cfg, n, k),
+                                     f"nvfp4_wgmma_sk.{n}x{k}.{tag}", (cfg["SK"], 1, 1))
+            if not cfg.get("FIX"):
+                item["reduce"] = add(gluon_gemm.signature_sk_reduce(cfg, n, k), f"sk_reduce.{n}x{k}.{tag}",
+                                     gluon_gemm.grid_sk_reduce(cfg, bucket, n))
+        elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
+            from atlas.plugins_trt.quant_linear import gluon_gemm
+            item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",
+                                 gluon_gemm.grid_wgmma(cfg, bucket, n))
+        elif cfg.get("WS"):  # x as given (NAT) or permuted (gluon_ws.x_operand), then the kernel
+            from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
+            item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_ws(cfg, n, k), f"nvfp4_ws.{n}x{k}.{tag}",
+                                 gluon_gemm.grid_wgmma(cfg, bucket, n))
+        elif cfg.get("DEQUANT"):  # nvfp4 rows -> bf16 workspace, then cuBLAS (gemm.nvfp4_dequant_linear)
+            rows = min(gemm.dequant_rows(cfg, k), n)
+            item["rows"] = rows
+            item["kernel"] = add(gemm.signature_nvfp4_dequant(cfg, n, k), f"nvfp4_dequant.{n}x{k}.{tag}",
+                                 gemm.grid_nvfp4_dequant(cfg, rows, k))
+        else:
+            if not cfg.get("CUBLAS"):  # fp8 CUBLAS: only the activation quantization is an Atlas kernel
+                sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
+                item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))
+            if fmt == "fp8":
+                qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
+                item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
+                                    gemm.grid_quantize_rows_fp8(qcfg, bucket))
+        if cfg.get("SPLIT_K", 1) > 1:  # fp32 partials, summed (+ bias) by the split-K reduction
+            rcfg = gemv.CONFIGS_splitk_reduce[0]
+            rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
+            item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
+                                 gemv.grid_splitk_reduce(rcfg, bucket, n))
+        if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
+            bk = cfg["BLOCK_K"]
+            item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
+                               gemm.grid_permute_k(bk, bucket, k))
+        entry[str(bucket)] = item
+    if tune:
+        log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases),
+                 sum(chosen[c] is None for c in cases), time.perf_counter() - t0)
     return compiled, plan

@@ -168,6 +168,8 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
 def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, merge_path):
     from atlas.tools.bench.timing import device_info
 
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sizes = [int(b) for b in batch_sizes.split(",")]
     names = [c.strip() for c in cases.split(",") if c.strip()]
     result = {**device_info(), "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats,

@@ -24,7 +24,10 @@ BUCKETS = linear_kernels.GEMV_BUCKETS + linear_kernels.GEMM_BUCKETS
 def no_gpu_work(monkeypatch):
     """linear_kernel_list over SHAPES without a GPU: `_tune` records its calls and answers the last candidate
     (not the heuristic's first), compiles return their names."""
-    timed = []
+    class Timed(list):
+        precompiled: list
+
+    timed = Timed()
 
     def fake_tune(fmt, bucket, n, k, candidates):
         timed.append((fmt, n, k, bucket))
@@ -32,6 +35,14 @@ def no_gpu_work(monkeypatch):
 
     monkeypatch.setattr(linear_kernels, "linear_shapes", lambda config, formats: SHAPES)
     monkeypatch.setattr(linear_kernels, "_tune", fake_tune)
+    precompiled = []
+
+    def fake_precompile(jobs):  # every job: (fmt, bucket, n, k, its candidates)
+        assert all(cands for *_, cands in jobs)
+        precompiled.extend((fmt, n, k, bucket) for fmt, bucket, n, k, _ in jobs)
+
+    monkeypatch.setattr(linear_kernels, "precompile_candidates", fake_precompile)
+    timed.precompiled = precompiled
     monkeypatch.setattr(linear_kernels, "compile_kernel", lambda spec: spec)
     monkeypatch.setattr(linear_kernels.torch.cuda, "get_device_properties",
                         lambda i: types.SimpleNamespace(multi_processor_count=132))
@@ -51,10 +62,13 @@ def test_a_second_build_times_nothing_and_gets_the_same_plan(no_gpu_work, tmp_pa
     first = TuningCache(path, "NVIDIA H200", "3.6.0")
     p1 = plan(first)
     assert len(no_gpu_work) == len(SHAPES) * len(BUCKETS) and first.misses == len(no_gpu_work) and first.hits == 0
+    assert no_gpu_work.precompiled == no_gpu_work  # everything timed was compiled in parallel first
     no_gpu_work.clear()
+    no_gpu_work.precompiled.clear()
     again = TuningCache(path, "NVIDIA H200", "3.6.0")
     p2 = plan(again)
-    assert no_gpu_work == [] and again.hits == len(SHAPES) * len(BUCKETS) and again.misses == 0
+    assert no_gpu_work == [] and no_gpu_work.precompiled == []
+    assert again.hits == len(SHAPES) * len(BUCKETS) and again.misses == 0
     assert configs(p2) == configs(p1)
     # the cached choice is the timed one, not the heuristic's first candidate
     heuristic = configs(linear_kernels.linear_kernel_list(None, {}, tune=False)[1])
@@ -72,6 +86,7 @@ def test_only_missing_entries_are_timed_and_added(no_gpu_work, tmp_path):
     cache = TuningCache(path, "NVIDIA H200", "3.6.0")
     plan(cache)
     assert no_gpu_work == [("nvfp4", 256, 128, 8)] and cache.misses == 1
+    assert no_gpu_work.precompiled[-1:] == no_gpu_work
     assert dropped in json.loads(path.read_text())["entries"]
 
 

@@ -2,6 +2,8 @@
 
     python -m atlas.tools.bench.tables gemm [tools/results/gemm.json]
     python -m atlas.tools.bench.tables gdn [tools/results/gdn.json]
+    python -m atlas.tools.bench.tables decode [tools/results/decode.json]
+    python -m atlas.tools.bench.tables decode-plot [tools/results/decode.json] [tools/results/decode.png]
 """
 
 from __future__ import annotations
@@ -38,13 +40,56 @@ def gdn_table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def decode_table(result: dict) -> str:
+    rows = ["| engine | batch | tok/s | TPOT ms | TTFT ms | floor fraction | transformers tok/s | speedup |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in result["atlas"]:
+        hf = result["hf"].get(r["preset"])
+        for c in r["cases"]:
+            peer = hf if hf is not None and c["batch"] == hf["batch"] else None
+            rows.append(f"| {r['preset']} {r['dtype']} | {c['batch']} | {c['tokens_per_s']:.1f} | "
+                        f"{c['tpot_s'] * 1e3:.2f} | {c['ttft_s'] * 1e3:.0f} | {c['floor_fraction']:.1%} | "
+                        + (f"{peer['tokens_per_s']:.1f} | {c['tokens_per_s'] / peer['tokens_per_s']:.1f}x |"
+                           if peer else "| |"))
+    return "\n".join(rows)
+
+
+def decode_plot(result: dict, path: str) -> None:
+    """Batch-1 decode tok/s of each engine beside transformers on the same checkpoint, the floor fraction on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    b1 = [(r, next(c for c in r["cases"] if c["batch"] == 1)) for r in result["atlas"]
+          if any(c["batch"] == 1 for c in r["cases"])]
+    labels = [f"{r['preset']}\n{r['dtype']}" for r, _ in b1]
+    xs = range(len(b1))
+    fig, ax = plt.subplots(figsize=(1.6 * len(b1) + 2, 4))
+    bars = ax.bar([x - 0.2 for x in xs], [c["tokens_per_s"] for _, c in b1], 0.4, label="Atlas")
+    hf = [result["hf"].get(r["preset"], {}).get("tokens_per_s", 0) for r, _ in b1]
+    ax.bar([x + 0.2 for x in xs], hf, 0.4, label="transformers (bf16)")
+    for bar, (_, c) in zip(bars, b1):
+        ax.annotate(f"{c['floor_fraction']:.0%} of floor", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), labels, fontsize=8)
+    ax.set_ylabel("decode tokens/s, batch 1")
+    ax.set_title(f"{result['device']}: {result['prompt_len']}-token prompt, {result['gen_len']} generated")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[0] if argv else "gemm"
-    path = argv[1] if len(argv) > 1 else f"tools/results/{kind}.json"
+    path = argv[1] if len(argv) > 1 else f"tools/results/{kind.removesuffix('-plot')}.json"
     with open(path) as f:
         result = json.load(f)
-    print({"gemm": gemm_table, "gdn": gdn_table}[kind](result))
+    if kind == "decode-plot":
+        decode_plot(result, argv[2] if len(argv) > 2 else "tools/results/decode.png")
+        return 0
+    print({"gemm": gemm_table, "gdn": gdn_table, "decode": decode_table}[kind](result))
     if result.get("summary"):
         print("\nsummary:", json.dumps({k: v for k, v in result["summary"].items() if not isinstance(v, dict)}))
     return 0
