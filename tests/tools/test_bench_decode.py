@@ -45,3 +45,30 @@ def test_the_peer_holds_the_checkpoint_s_tensors(preset):
     assert set(params) == set(dict(want.named_parameters()))
     for name, p in want.named_parameters():
         assert torch.equal(params[name], p.to(torch.bfloat16)), name
+
+
+def _result():
+    runs = [{**_run("llama-3.1-8b:bfloat16", 120.0, 0.8), "dtype": "bfloat16"},
+            {**_run("qwen3.5-27b:nvfp4", 90.0, 0.55), "dtype": "nvfp4"}]
+    for r in runs:
+        for c in r["cases"]:
+            c.update(tpot_s=c["batch"] / c["tokens_per_s"], ttft_s=0.05)
+    return {"device": "NVIDIA H200", "prompt_len": 512, "gen_len": 256, "atlas": runs,
+            "hf": {"llama-3.1-8b": {"batch": 1, "tokens_per_s": 20.0}}}
+
+
+def test_readme_table_puts_the_peer_beside_batch_1():
+    from atlas.tools.bench.tables import decode_table
+
+    rows = decode_table(_result()).splitlines()
+    assert rows[2].startswith("| llama-3.1-8b bfloat16 | 1 | 120.0 | 8.33 | 50 | 80.0% | 20.0 | 6.0x |")
+    assert rows[3].endswith("| | |")  # batch 8: no peer
+    assert rows[4].startswith("| qwen3.5-27b nvfp4 | 1 | 90.0 |") and rows[4].endswith("| | |")  # no 27B peer ran
+
+
+def test_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    from atlas.tools.bench.tables import decode_plot
+
+    decode_plot(_result(), str(tmp_path / "decode.png"))
+    assert (tmp_path / "decode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
