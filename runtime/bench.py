@@ -1,7 +1,8 @@
 """`atlas-run bench`: decode speed of a GPU engine against its memory-bandwidth floor.
 
 For each batch size B: B random prompts of prompt_len tokens are prefilled (in chunks, eagerly: TTFT is the time to
-the first token of every sequence), then gen_len decode steps replay the batch's CUDA graph (TPOT: time a step).
+the first token of every sequence), then gen_len decode steps replay the batch's CUDA graph (TPOT: time a step),
+pipelined (ModelRunner.decode: the host lays out a step while the GPU runs the one before).
 The floor of a decode step is the bytes it must read, over the copy bandwidth measured in the same run:
 every weight once (the embedding only for its B rows unless it is also the LM head), the KV cache of every
 attention layer at the step's context, and the recurrent state of every Gated DeltaNet layer read and written.
@@ -75,8 +76,14 @@ def run_case(runner, batch: int, prompt_len: int, gen_len: int, bandwidth: float
     torch.cuda.synchronize()
     ttft = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for _ in range(gen_len):
-        tokens = runner.step(StepBatch(tuple(ids), tuple((t,) for t in tokens)))
+    # pipelined as a server runs it: step n + 1 is laid out and enqueued while the GPU runs step n, whose
+    # tokens the host reads a step late (ModelRunner.decode)
+    pending = runner.decode(tuple(ids), tuple(tokens))
+    for _ in range(gen_len - 1):
+        following = runner.decode(tuple(ids))
+        pending.result()
+        pending = following
+    pending.result()
     torch.cuda.synchronize()
     tpot = (time.perf_counter() - t0) / gen_len
     for s in ids:

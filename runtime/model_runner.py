@@ -6,6 +6,10 @@ and the argmax. The smallest bucket that holds the batch is replayed; padding se
 context length 0). Prefill runs eagerly, in chunks of at most `prefill_chunk` tokens. The scheduler's choices
 (who runs, which tokens) come in as StepBatch; nothing here decides policy.
 
+`decode` pipelines decode steps: each graph also writes its chosen ids into its own input buffer, so a step that
+continues the same sequences needs nothing from the host but positions and KV slots (copied from pinned memory,
+asynchronously); the host lays out step n + 1 while the GPU runs step n and reads step n's tokens a step late.
+
 `step_shapes` lists every step shape the runner launches, so that the build can record the kernel instances a
 runner will ask for (build_engine/step_kernels.py) by running these same steps on meta tensors.
 """
@@ -81,6 +85,18 @@ def synthetic_step(batch: int, q_len: int, options: RunnerOptions, device) -> St
                             device=device)
 
 
+@dataclass
+class PendingTokens:
+    """The tokens of an enqueued decode step: copied to page-locked memory when the GPU gets there."""
+
+    host: torch.Tensor
+    done: torch.cuda.Event
+
+    def result(self) -> list[int]:
+        self.done.synchronize()
+        return self.host.tolist()
+
+
 class ModelRunner:
     def __init__(self, engine, options: RunnerOptions | None = None, memory_fraction: float = 0.9,
                  num_blocks: int | None = None):
@@ -112,6 +128,8 @@ class ModelRunner:
                                    device="cuda", scales=scales)
         self.blocks = BlockManager(num_blocks, o.block_size)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, StepInputs, torch.Tensor, torch.Tensor]] = {}
+        self._fed: dict[int, tuple[int, ...]] = {}
+        """bucket -> the sequences its graph last ran (its input_ids now hold their next tokens)."""
         self.logits: torch.Tensor | None = None
         """fp32 [rows, V]: the last step's logits of each sequence's last token (row i: sequence i; for a replayed
         graph, the graph's own output buffer, overwritten by the next step)."""
@@ -122,13 +140,9 @@ class ModelRunner:
         logits = self.model.forward(step, self.kv, self.states)
         return self.ops.argmax(logits), logits
 
-    def step(self, batch: StepBatch) -> list[int]:
-        """Run one step (reserving its KV slots); the greedy next token of each sequence.
-
-        Decode steps replay the captured graph of the smallest bucket that holds them (eager when none is
-        captured); prefill runs eagerly, one chunk a call (the caller splits prompts into prefill_chunk tokens).
-        """
-        if self.states is not None:  # a new sequence takes a zeroed recurrent-state slot
+    def _checked(self, batch: StepBatch) -> tuple[StepBatch, int]:
+        """The batch with its sequences' state slots (a new sequence takes a zeroed one), and its bucket."""
+        if self.states is not None:
             for s in batch.seq_ids:
                 if s not in self.slots:
                     self.slots[s] = self.states.acquire()
@@ -140,15 +154,54 @@ class ModelRunner:
         if len(batch.seq_ids) > self.options.buckets[-1]:
             raise ValueError(f"a step runs at most {self.options.buckets[-1]} sequences (the engine's --max-batch), "
                              f"got {len(batch.seq_ids)}")
-        bucket = next(b for b in self.options.buckets if b >= len(batch.seq_ids))
-        if q == 1 and bucket in self.graphs:
-            graph, static, ids, self.logits = self.graphs[bucket]
-            StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda", pad_to=bucket).copy_into(static)
-            graph.replay()
+        return batch, next(b for b in self.options.buckets if b >= len(batch.seq_ids))
+
+    def _replay(self, batch: StepBatch, bucket: int, keep_ids: bool) -> torch.Tensor:
+        """Lay the decode step out in pinned memory, copy it into the bucket's graph (asynchronously) and replay;
+        the graph's ids buffer. The graph leaves its ids in its input_ids, which a `decode` without tokens keeps."""
+        graph, static, ids, self.logits = self.graphs[bucket]
+        StepInputs.build(batch, self.blocks, self.options.max_blocks, "cpu", pad_to=bucket,
+                         pin=True).copy_into(static, keep_ids=keep_ids)
+        graph.replay()
+        self._fed[bucket] = batch.seq_ids
+        return ids
+
+    def step(self, batch: StepBatch) -> list[int]:
+        """Run one step (reserving its KV slots); the greedy next token of each sequence.
+
+        Decode steps replay the captured graph of the smallest bucket that holds them (eager when none is
+        captured); prefill runs eagerly, one chunk a call (the caller splits prompts into prefill_chunk tokens).
+        """
+        batch, bucket = self._checked(batch)
+        if max(len(t) for t in batch.tokens) == 1 and bucket in self.graphs:
+            ids = self._replay(batch, bucket, keep_ids=False)
         else:
             step = StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda")
             ids, self.logits = self._forward(step, bucket)
         return ids[:len(batch.seq_ids)].tolist()
+
+    def decode(self, seq_ids: tuple[int, ...], tokens: tuple[int, ...] | None = None) -> "PendingTokens":
+        """Enqueue one greedy decode step of `seq_ids` without waiting for the GPU; its tokens come from the result.
+
+        tokens: each sequence's input token; None: the tokens the previous decode step of these same sequences
+        (same order) chose, which its graph left on the GPU. So a loop of `decode(ids)` never waits for the host:
+        the host lays out step n + 1 while the GPU runs step n, and reads step n's tokens a step late (a caller
+        that stops a sequence on them runs it one step more, and frees it).
+        """
+        seq_ids = tuple(seq_ids)
+        fed = tokens is None
+        batch, bucket = self._checked(StepBatch(seq_ids, tuple((t,) for t in (tokens or (0,) * len(seq_ids)))))
+        if bucket not in self.graphs:
+            raise ValueError(f"decode needs the captured graph of batch bucket {bucket}; call capture() first")
+        if fed and self._fed.get(bucket) != seq_ids:
+            raise ValueError(f"decode without tokens continues the last decode step of the same sequences in the "
+                             f"same order; bucket {bucket} last ran {self._fed.get(bucket)}, not {seq_ids}")
+        ids = self._replay(batch, bucket, keep_ids=fed)
+        host = torch.empty(len(seq_ids), dtype=ids.dtype, pin_memory=True)
+        host.copy_(ids[:len(seq_ids)], non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return PendingTokens(host, done)
 
     def capture(self, buckets: tuple[int, ...] | None = None) -> None:
         """Capture one decode graph per batch bucket (default: all; after a warm-up launch of each, off the default
@@ -165,10 +218,13 @@ class ModelRunner:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 ids, logits = self._forward(static, bucket)
+                static.input_ids.copy_(ids)  # the next decode step's input, unless the host writes others
             self.graphs[bucket] = (graph, static, ids, logits)
+            self._fed.pop(bucket, None)
 
     def free(self, seq_id: int) -> None:
         """A finished (or preempted) sequence gives back its KV blocks and its state slot."""
+        self._fed = {b: ids for b, ids in self._fed.items() if seq_id not in ids}
         self.blocks.free(seq_id)
         if seq_id in self.slots:
             self.states.release(self.slots.pop(seq_id))

@@ -73,11 +73,12 @@ class StepInputs:
 
     @classmethod
     def build(cls, batch: StepBatch, blocks: BlockManager, max_blocks: int, device: torch.device | str = "cpu",
-              pad_to: int | None = None) -> "StepInputs":
+              pad_to: int | None = None, pin: bool = False) -> "StepInputs":
         """Reserve the new tokens' KV slots in `blocks` (all sequences or none) and lay the step out.
 
         pad_to: the batch bucket of a captured graph (every sequence then has the same q_len, the decode /
-        verify case); padding sequences follow the real ones.
+        verify case); padding sequences follow the real ones. pin (device "cpu"): in page-locked memory, so that
+        `copy_into` a graph's buffers is an asynchronous copy.
         """
         B = len(batch.seq_ids)
         pad = (pad_to or B) - B
@@ -122,12 +123,14 @@ class StepInputs:
             spans.append((name, len(values), shape))
             values += [v for row in x for v in row] if name == "block_tables" else x
             values += [0] * (-len(values) % 4)
-        flat = torch.tensor(values, dtype=torch.int32).to(device)
+        flat = torch.tensor(values, dtype=torch.int32, pin_memory=pin).to(device)
         views = {name: flat[start:start + math.prod(shape)].view(shape) for name, start, shape in spans}
         return cls(**views, num_seqs=B, max_q_len=max(q_lens), flat=flat)
 
-    def copy_into(self, static: "StepInputs") -> None:
-        """Write this step into the static buffers a graph was captured over (same bucket shape): one copy."""
+    def copy_into(self, static: "StepInputs", keep_ids: bool = False) -> None:
+        """Write this step into the static buffers a graph was captured over (same bucket shape): one copy,
+        asynchronous from pinned memory. keep_ids: leave the graph's input_ids as they are (a decode graph writes
+        its own next ids there, runtime/model_runner.py) and copy the fields after them."""
         if self.max_q_len != static.max_q_len:
             raise ValueError(f"a step of {self.max_q_len} tokens a sequence cannot replay a graph captured for "
                              f"{static.max_q_len}")
@@ -136,5 +139,7 @@ class StepInputs:
             if src.shape != dst.shape:
                 raise ValueError(f"{name}: step shape {tuple(src.shape)} does not match the graph's "
                                  f"{tuple(dst.shape)}")
-        static.flat.copy_(self.flat, non_blocking=True)  # same shapes, so the same layout in the flat buffer
+        start = self.positions.storage_offset() - self.flat.storage_offset() if keep_ids else 0
+        # same shapes, so the same layout in the flat buffer
+        static.flat[start:].copy_(self.flat[start:], non_blocking=True)
         static.num_seqs = self.num_seqs

@@ -58,18 +58,50 @@ def test_graph_replay_equals_eager(gpu_engine):
     engine = load_cuda_engine(path)
     prompts = _prompts(engine.config.vocab_size, [5, 17, 33])
     results = []
-    for graphs in (False, True):
+    for way in ("eager", "graphs", "pipelined"):
         runner = ModelRunner(engine, num_blocks=64)
-        if graphs:
+        if way != "eager":
             runner.capture()
         ids = runner.step(StepBatch((0, 1, 2), prompts))  # one prefill step of three prompts
         seqs = [[i] for i in ids]
-        for _ in range(12):  # decode: bucket 4 for three sequences (one padding row)
-            ids = runner.step(StepBatch((0, 1, 2), tuple((s[-1],) for s in seqs)))
-            for s, i in zip(seqs, ids):
+        if way == "pipelined":  # decode(): the graph feeds its own ids forward, the host reads them a step late
+            pending = runner.decode((0, 1, 2), tuple(ids))
+            for _ in range(11):
+                following = runner.decode((0, 1, 2))
+                for s, i in zip(seqs, pending.result()):
+                    s.append(i)
+                pending = following
+            for s, i in zip(seqs, pending.result()):
                 s.append(i)
+        else:
+            for _ in range(12):  # decode: bucket 4 for three sequences (one padding row)
+                ids = runner.step(StepBatch((0, 1, 2), tuple((s[-1],) for s in seqs)))
+                for s, i in zip(seqs, ids):
+                    s.append(i)
         results.append(seqs)
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.gpu
+def test_decode_without_tokens_continues_only_the_same_sequences(gpu_engine):
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.model_runner import ModelRunner
+    from atlas.runtime.step import StepBatch
+
+    path, _, _ = gpu_engine
+    runner = ModelRunner(load_cuda_engine(path), num_blocks=64)
+    runner.capture()
+    prompts = _prompts(runner.c.vocab_size, [5, 7])
+    ids = runner.step(StepBatch((0, 1), prompts))
+    with pytest.raises(ValueError, match="continues the last decode step"):
+        runner.decode((0, 1))  # no decode step ran yet
+    runner.decode((0, 1), tuple(ids)).result()
+    with pytest.raises(ValueError, match="continues the last decode step"):
+        runner.decode((1, 0))  # another order
+    runner.free(1)
+    with pytest.raises(ValueError, match="continues the last decode step"):
+        runner.decode((0, 1))  # a freed sequence
+    assert len(runner.decode((0,), (ids[0],)).result()) == 1
 
 
 def _prefill(runner, prompts, chunk: int | None) -> list[int]:

@@ -126,6 +126,14 @@ def test_step_inputs_pad_to_a_bucket():
     static = StepInputs.build(StepBatch((6,), ((1, 2),)), bm, max_blocks=2, pad_to=4)
     step.copy_into(static)
     assert static.slot_mapping.tolist() == step.slot_mapping.tolist()
+    # keep_ids: every field but the graph's own input_ids
+    static.input_ids.fill_(42)
+    nxt = StepInputs.build(StepBatch((5,), ((9, 9),), state_slots=(3,)), bm, max_blocks=2, pad_to=4)
+    nxt.copy_into(static, keep_ids=True)
+    assert static.input_ids.tolist() == [42] * 8
+    for name in ("positions", "slot_mapping", "cu_q", "context_lens", "block_tables", "state_slots", "last_rows"):
+        assert torch.equal(getattr(static, name), getattr(nxt, name)), name
+    assert static.positions.tolist()[:2] == [2, 3]
 
 
 def test_step_inputs_reserve_all_or_nothing():
