@@ -112,6 +112,9 @@ class Generator:
         try:
             for i in range(0, len(prompt_ids), chunk):
                 ids = runner.step(StepBatch((seq,), (tuple(prompt_ids[i:i + chunk]),)))
+            if params.temperature == 0:
+                yield from self._greedy_pipelined(seq, ids[0], limit)
+                return
             for i in range(limit):
                 token = ids[0] if params.temperature == 0 else sample(runner.logits[0], params.temperature,
                                                                      params.top_k, params.top_p, generator)
@@ -122,6 +125,19 @@ class Generator:
                     ids = runner.step(StepBatch((seq,), ((token,),)))
         finally:
             runner.free(seq)
+
+    def _greedy_pipelined(self, seq: int, first: int, limit: int) -> Iterator[int]:
+        """Greedy decode with ModelRunner.decode: the step that makes token i + 1 is enqueued before token i is
+        handed out, so the GPU never waits for the host (after an EOS, one step more has run and is dropped)."""
+        runner, token, pending = self.runner, first, None
+        for i in range(limit):
+            following = runner.decode((seq,), None if pending else (token,)) if i + 1 < limit else None
+            if pending is not None:
+                token = pending.result()[0]
+            if token in self.eos_ids:
+                return
+            yield token
+            pending = following
 
     def logits(self, token_ids: list[int]) -> torch.Tensor:
         """fp32 logits [T, vocab] of every position, from one forward over the tokens."""

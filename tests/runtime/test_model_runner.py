@@ -146,3 +146,34 @@ def test_gpu_steps_follow_the_cpu_reference(gpu_engine, chunk):
             assert l.max() - l[i] <= tol * l.abs().max(), f"step {step}: token {i} is far from the reference argmax"
         logits = [ref.forward(torch.tensor([i]), s).logits[-1] for i, s in zip(ids, states)]
         ids = runner.step(StepBatch((0, 1), tuple((i,) for i in ids)))
+
+
+@pytest.mark.gpu
+def test_greedy_generation_is_the_step_by_step_greedy_sequence(gpu_engine):
+    """Generator's pipelined greedy loop (ModelRunner.decode) gives the tokens of plain runner steps, stops at
+    max_tokens, and gives every KV block back, also when the caller stops reading early."""
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.generator import Generator, SamplingParams
+    from atlas.runtime.model_runner import ModelRunner
+    from atlas.runtime.step import StepBatch
+
+    path, _, _ = gpu_engine
+    gen = Generator.load(path)
+    gen.eos_ids = set()  # random weights: no early stop, so that all 12 tokens are compared
+    prompt = list(_prompts(gen.config.vocab_size, [11], seed=3)[0])
+    got = list(gen.generate(prompt, SamplingParams(max_tokens=12, temperature=0)))
+    runner = ModelRunner(load_cuda_engine(path), num_blocks=64)
+    runner.capture()
+    want = runner.step(StepBatch((0,), (tuple(prompt),)))
+    for _ in range(11):
+        want += runner.step(StepBatch((0,), ((want[-1],),)))
+    assert got == want
+    assert gen.runner.blocks.num_free == gen.runner.blocks.num_blocks
+    stream = gen.generate(prompt, SamplingParams(max_tokens=12, temperature=0))
+    assert [next(stream) for _ in range(3)] == want[:3]
+    stream.close()
+    assert gen.runner.blocks.num_free == gen.runner.blocks.num_blocks
+    del gen, runner  # the generator's KV pool took most of the GPU's memory
+    import gc
+    gc.collect()
+    torch.cuda.empty_cache()
