@@ -18,6 +18,7 @@ where a constexpr flag keeps the kernel from dereferencing it (the JIT would mak
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -109,10 +110,15 @@ def launch(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict, num_wa
 
     constexprs: every constexpr parameter of fn, defaults included (an AOT instance spells each one out).
     aot: None (JIT), an AotKernels (the engine's cubins) or a KernelRecorder (the build: record, don't launch).
+    A true "PDL" constexpr launches with programmatic dependent launch (plugins_trt/pdl.py).
     unaligned: pointer parameters that may be views not 16-byte aligned (e.g. column slices of a fused
     projection); every other pointer is compiled as 16-byte aligned ahead of time (the runtime checks it).
     """
     if aot is not None:
         aot.launch(fn, constexprs, num_warps, num_stages, grid, args, unaligned)
+    elif constexprs.get("PDL") and os.environ.get("TRITON_INTERPRET") == "1":  # no grids to overlap (pdl.py)
+        fn[grid](*args, **{**constexprs, "PDL": False}, num_warps=num_warps, num_stages=num_stages)
+    elif constexprs.get("PDL"):  # programmatic dependent launch (plugins_trt/pdl.py)
+        fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages, launch_pdl=True)
     else:
         fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)

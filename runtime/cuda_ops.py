@@ -32,24 +32,29 @@ from atlas.runtime.step import StepInputs
 
 
 class CudaOps:
-    def __init__(self, config: ModelConfig, aot, device: torch.device | str = "cuda", num_splits: int = 1):
+    def __init__(self, config: ModelConfig, aot, device: torch.device | str = "cuda", num_splits: int = 1,
+                 pdl: bool = True):
         """aot: AotKernels of the engine (or a KernelRecorder at build). num_splits: the decode attention's
-        splits over the context (fixed per captured graph; see ModelRunner)."""
+        splits over the context (fixed per captured graph; see ModelRunner). pdl: launch the step's small kernels
+        (embedding, norms, RoPE, decode attention, SiLU-mul, argmax) with programmatic dependent launch
+        (plugins_trt/pdl.py), as the GEMVs are: each launch overlaps the kernel before it."""
         self.c = config
         self.aot = aot
+        self.pdl = pdl
         self.num_splits = num_splits
         self.inv_freq = rope_inv_freq(config.rotary_dim, config.rope_theta, config.rope_scaling).to(device)
         self._chunks: tuple[tuple, dict] | None = None  # (sizes, padded_chunk_plan): shared by a step's GDN layers
 
     def embed(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        return launch_embedding(table, ids, aot=self.aot)
+        return launch_embedding(table, ids, aot=self.aot, pdl=self.pdl)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return launch_rms_norm(x, weight, self.c.rms_norm_eps, self.c.norm_offset, aot=self.aot)
+        return launch_rms_norm(x, weight, self.c.rms_norm_eps, self.c.norm_offset, aot=self.aot, pdl=self.pdl)
 
     def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
         """(norm(residual + x), residual + x); the residual stream is updated in place."""
-        y = launch_rms_norm(x, weight, self.c.rms_norm_eps, self.c.norm_offset, residual=residual, aot=self.aot)
+        y = launch_rms_norm(x, weight, self.c.rms_norm_eps, self.c.norm_offset, residual=residual, aot=self.aot,
+                            pdl=self.pdl)
         return y, residual
 
     def attention(self, qkv: torch.Tensor, kv: LayerKV, step: StepInputs, q_norm, k_norm) -> torch.Tensor:
@@ -57,11 +62,13 @@ class CudaOps:
         T = qkv.shape[0]
         q = launch_qkv_rope(qkv, step.positions, self.inv_freq, kv.k, kv.v, kv.k_scale, kv.v_scale,
                             step.slot_mapping, c.num_heads, has_gate=c.attn_output_gate, q_norm=q_norm,
-                            k_norm=k_norm, eps=c.rms_norm_eps, norm_offset=c.norm_offset, aot=self.aot)
+                            k_norm=k_norm, eps=c.rms_norm_eps, norm_offset=c.norm_offset, aot=self.aot,
+                            pdl=self.pdl)
         gate = qkv[:, c.q_size:2 * c.q_size].view(T, c.num_heads, c.head_dim) if c.attn_output_gate else None
         if step.max_q_len == 1:  # decode: one query a sequence, split over the context
             o = launch_paged_decode(q, kv.k, kv.v, kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
-                                    c.head_dim ** -0.5, gate=gate, num_splits=self.num_splits, aot=self.aot)
+                                    c.head_dim ** -0.5, gate=gate, num_splits=self.num_splits, aot=self.aot,
+                                    pdl=self.pdl)
         else:  # prefill chunks and verify widths: causal over the cached prefix
             o = launch_paged_prefill(q, kv.k, kv.v, kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
                                      step.cu_q, c.head_dim ** -0.5, gate=gate, max_q_len=step.max_q_len,
@@ -69,7 +76,7 @@ class CudaOps:
         return o.view(T, c.q_size)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return launch_silu_mul(gate_up, aot=self.aot)
+        return launch_silu_mul(gate_up, aot=self.aot, pdl=self.pdl)
 
     def gdn(self, proj: torch.Tensor, layer, pool: LayerState, step: StepInputs) -> torch.Tensor:
         """in_proj output [T, gdn_in_proj_size] -> gated-normed o [T, gdn_value_size]; advances each sequence's conv
@@ -108,4 +115,4 @@ class CudaOps:
         return self._chunks[1]
 
     def argmax(self, logits: torch.Tensor) -> torch.Tensor:
-        return launch_argmax(logits, aot=self.aot)
+        return launch_argmax(logits, aot=self.aot, pdl=self.pdl)

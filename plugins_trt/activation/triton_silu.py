@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
+from atlas.plugins_trt.pdl import pdl_enter
 
 
 @triton.jit
@@ -24,8 +25,10 @@ def silu_mul_kernel(
     out, stride_out,                # [T, I]
     I,                              # intermediate size
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
     """Grid (T, cdiv(I, BLOCK))."""
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = i < I
@@ -37,11 +40,12 @@ def silu_mul_kernel(
 
 
 def launch_silu_mul(gate_up: torch.Tensor, out: torch.Tensor | None = None, BLOCK: int = 1024,
-                    num_warps: int = 4, aot=None) -> torch.Tensor:
+                    num_warps: int = 4, aot=None, pdl: bool = False) -> torch.Tensor:
     """silu(gate) · up for gate_up [T, 2I] (bf16 / fp16 / fp32, rows may be strided, unit column stride).
 
     out: [T, I] (unit column stride), default a new tensor in gate_up's dtype.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     Returns out.
     """
     T, two_i = gate_up.shape
@@ -57,5 +61,5 @@ def launch_silu_mul(gate_up: torch.Tensor, out: torch.Tensor | None = None, BLOC
     BLOCK = min(BLOCK, triton.next_power_of_2(I))
     # both may be views with strided rows
     launch(silu_mul_kernel, (T, triton.cdiv(I, BLOCK)), (gate_up, gate_up.stride(0), out, out.stride(0), I),
-           dict(BLOCK=BLOCK), num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("gate_up", "out"))
+           dict(BLOCK=BLOCK, PDL=pdl), num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("gate_up", "out"))
     return out

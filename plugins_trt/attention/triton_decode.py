@@ -29,6 +29,7 @@ from atlas.plugins_trt.attention.triton_common import (KV_TYPES, Q_TYPES, aot_si
                                                        clamped_context, default_block_n, dot_in_fp32, kv_row_offsets,
                                                        load_scales, softmax_step)
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
+from atlas.plugins_trt.pdl import pdl_enter
 
 
 @triton.jit
@@ -54,7 +55,9 @@ def paged_decode_kernel(
     BLOCK_N: tl.constexpr,               # keys per tile (any power of two >= 16; independent of BS)
     GP: tl.constexpr,                    # rows of the query tile: next power of two >= max(G, 16)
     IS_FP8: tl.constexpr, DOT_F32: tl.constexpr, HAS_GATE: tl.constexpr, DIRECT: tl.constexpr,
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
+    pdl_enter(PDL)
     b, kh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G: tl.constexpr = HQ // HKV
     ctx = clamped_context(context_lens, b, max_blocks, BS)
@@ -111,7 +114,9 @@ def paged_decode_reduce_kernel(
     out, stride_ob, stride_oh,           # [B, HQ, D]
     num_splits,
     HQ: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr,
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
+    pdl_enter(PDL)
     b, h = tl.program_id(0), tl.program_id(1)
     d = tl.arange(0, D)
     ctx = clamped_context(context_lens, b, max_blocks, BS)
@@ -161,7 +166,7 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         sm_scale: float, gate: torch.Tensor | None = None, num_splits: int | None = None,
                         out: torch.Tensor | None = None,
                         workspace: tuple[torch.Tensor, torch.Tensor] | None = None, block_n: int | None = None,
-                        num_warps: int = 4, aot=None) -> torch.Tensor:
+                        num_warps: int = 4, aot=None, pdl: bool = False) -> torch.Tensor:
     """Decode attention for B sequences, one query each, over the paged cache (reference:
     reference.paged_attention with cu_q = 0, 1, .., B).
 
@@ -175,6 +180,7 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     out: [B, Hq, D] (q's dtype if allocated here). workspace: (partial out, partial lse), fp32 with at least
     B·Hq·num_splits·D and B·Hq·num_splits elements (decode_workspace); allocated here if None and num_splits > 1.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     No host-device synchronisation: capturable in a CUDA graph with static out and workspace.
     Returns out.
     """
@@ -215,13 +221,13 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
             part_lse, num_splits, float(sm_scale)),
            dict(HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_N=block_n, GP=max(16, triton.next_power_of_2(Hq // Hkv)),
                 IS_FP8=k_cache.dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype),
-                HAS_GATE=gate is not None, DIRECT=direct),
+                HAS_GATE=gate is not None, DIRECT=direct, PDL=pdl),
            num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=views)
     if not direct:
         launch(paged_decode_reduce_kernel, (B, Hq),
                (part_o, part_lse, context_lens, max_blocks, g, g.stride(0), g.stride(1), out, out.stride(0),
                 out.stride(1), num_splits),
-               dict(HQ=Hq, D=D, BS=BS, BLOCK_N=block_n, HAS_GATE=gate is not None),
+               dict(HQ=Hq, D=D, BS=BS, BLOCK_N=block_n, HAS_GATE=gate is not None, PDL=pdl),
                1, JIT_DEFAULT_STAGES, aot=aot, unaligned=("gate", "out"))
     return out
 
@@ -231,7 +237,7 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 def signature_paged_decode(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
                            kv_dtype: torch.dtype, q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
                            direct: bool = False, block_n: int | None = None, num_warps: int = 4,
-                           num_stages: int = JIT_DEFAULT_STAGES):
+                           num_stages: int = JIT_DEFAULT_STAGES, pdl: bool = False):
     """AotSignature of stage 1 for one model's attention shape; grid (B, Hkv, num_splits). The defaults are what
     launch_paged_decode launches (the engine's instances are recorded from it: build_engine/recorded_kernels.py)."""
     P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
@@ -243,17 +249,17 @@ def signature_paged_decode(num_q_heads: int, num_kv_heads: int, head_dim: int, b
                  BLOCK_N=block_n or default_block_n(head_dim),
                  GP=max(16, triton.next_power_of_2(num_q_heads // num_kv_heads)),
                  IS_FP8=kv_dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q_dtype, kv_dtype), HAS_GATE=has_gate,
-                 DIRECT=direct)
+                 DIRECT=direct, PDL=pdl)
     return aot_signature(paged_decode_kernel, types, const, num_warps, num_stages)
 
 
 def signature_paged_decode_reduce(num_q_heads: int, head_dim: int, block_size: int,
                                   q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
-                                  block_n: int | None = None):
+                                  block_n: int | None = None, pdl: bool = False):
     """AotSignature of stage 2 (block_n must be stage 1's); grid (B, Hq)."""
     P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
     types = dict(part_o=F, part_lse=F, context_lens=PI, max_blocks=i32, gate=P, stride_gb=i32, stride_gh=i32, out=P,
                  stride_ob=i32, stride_oh=i32, num_splits=i32)
     const = dict(HQ=num_q_heads, D=head_dim, BS=block_size, BLOCK_N=block_n or default_block_n(head_dim),
-                 HAS_GATE=has_gate)
+                 HAS_GATE=has_gate, PDL=pdl)
     return aot_signature(paged_decode_reduce_kernel, types, const, num_warps=1, num_stages=JIT_DEFAULT_STAGES)

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
+from atlas.plugins_trt.pdl import pdl_enter
 
 
 @triton.jit
@@ -21,8 +22,10 @@ def embedding_kernel(
     out, stride_out,                # [T, H]
     V, H,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
     """Grid (T, cdiv(H, BLOCK))."""
+    pdl_enter(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     tok = tl.load(ids + t).to(tl.int64)
@@ -33,11 +36,12 @@ def embedding_kernel(
 
 
 def launch_embedding(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None = None, BLOCK: int = 1024,
-                     num_warps: int = 4, aot=None) -> torch.Tensor:
+                     num_warps: int = 4, aot=None, pdl: bool = False) -> torch.Tensor:
     """Rows of table [V, H] (bf16 / fp16 / fp32) for ids int32 / int64 [T] -> out [T, H].
 
     out: [T, H] with unit column stride, default a new tensor in the table's dtype.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     Returns out.
     """
     V, H = table.shape
@@ -55,5 +59,5 @@ def launch_embedding(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor |
     BLOCK = min(BLOCK, triton.next_power_of_2(H))
     # table and out may be views with strided rows
     launch(embedding_kernel, (T, triton.cdiv(H, BLOCK)), (ids, table, table.stride(0), out, out.stride(0), V, H),
-           dict(BLOCK=BLOCK), num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("table", "out"))
+           dict(BLOCK=BLOCK, PDL=pdl), num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("table", "out"))
     return out

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
+from atlas.plugins_trt.pdl import pdl_enter
 
 MAX_N = 8192
 """Largest vector one program normalises (registers: 8192 fp32 over 16 warps is 16 values a thread)."""
@@ -42,9 +43,11 @@ def rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     HAS_GATE: tl.constexpr,
     BLOCK: tl.constexpr,            # power of two >= N
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
     """Grid (M, G): program (m, g) normalises the N values at columns g·N .. g·N+N-1 of row m
     (G = 1 for the decoder norms, G = heads for the gated per-head norm)."""
+    pdl_enter(PDL)
     m = tl.program_id(0).to(tl.int64)
     col = tl.program_id(1) * N + tl.arange(0, BLOCK)
     mask = tl.arange(0, BLOCK) < N
@@ -95,7 +98,7 @@ def _rows(name: str, t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 def launch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0,
                     residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                    residual_out: torch.Tensor | None = None, aot=None) -> torch.Tensor:
+                    residual_out: torch.Tensor | None = None, aot=None, pdl: bool = False) -> torch.Tensor:
     """y = rms_norm(x) or, with `residual`, residual_out = x + residual; y = rms_norm(residual_out).
 
     x: [..., N] bf16 / fp16 / fp32 (rows may be strided, unit column stride), N <= 8192;
@@ -103,6 +106,7 @@ def launch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: f
     residual: [..., N] or None; residual_out: [..., N] in residual's dtype, default residual itself (in place);
     out: [..., N], default a new tensor in x's dtype (may be x itself).
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     Returns out. Math in fp32; the new residual is rounded to its dtype before it is normalised.
     """
     N = x.shape[-1]
@@ -124,19 +128,20 @@ def launch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: f
     block, warps = norm_config(N)
     launch(rms_norm_kernel, (M, 1),
            (x2, x2.stride(0), r2, r2.stride(0), ro2, ro2.stride(0), x2, 0, weight, y2, y2.stride(0), N, float(eps)),
-           dict(OFFSET=int(offset), HAS_RESIDUAL=residual is not None, HAS_GATE=False, BLOCK=block),
+           dict(OFFSET=int(offset), HAS_RESIDUAL=residual is not None, HAS_GATE=False, BLOCK=block, PDL=pdl),
            warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=_VIEWS)
     return out
 
 
 def launch_gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
-                          out: torch.Tensor | None = None, aot=None) -> torch.Tensor:
+                          out: torch.Tensor | None = None, aot=None, pdl: bool = False) -> torch.Tensor:
     """y = w · rms_norm(x) · silu(gate) over each head (reference.gated_rms_norm).
 
     x: [M, G·N] or [M, G, N] (one row per token, G heads of N values; rows may be strided);
     gate: the same shape (e.g. a column slice of the fused GDN input projection: its own row stride);
     weight: [N] (plain weight, no offset). out: x's shape, default a new tensor in x's dtype.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     Returns out.
     """
     N = weight.shape[0]
@@ -152,6 +157,6 @@ def launch_gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Ten
     block, warps = norm_config(N)
     launch(rms_norm_kernel, (M, cols // N),
            (x2, x2.stride(0), x2, 0, x2, 0, g2, g2.stride(0), weight, y2, y2.stride(0), N, float(eps)),
-           dict(OFFSET=0, HAS_RESIDUAL=False, HAS_GATE=True, BLOCK=block),
+           dict(OFFSET=0, HAS_RESIDUAL=False, HAS_GATE=True, BLOCK=block, PDL=pdl),
            warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=_VIEWS)
     return out

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
+from atlas.plugins_trt.pdl import pdl_enter
 
 FP8_MAX = tl.constexpr(448.0)  # largest finite float8_e4m3fn (runtime/kv_cache.py FP8_MAX)
 
@@ -83,8 +84,10 @@ def qkv_rope_kernel(
     BLOCK_D: tl.constexpr,          # power of two >= D
     QK_NORM: tl.constexpr,
     NORM_OFFSET: tl.constexpr,      # 0 or 1
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
     """Grid (T, HQ + HKV)."""
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     HALF: tl.constexpr = R // 2
@@ -118,7 +121,7 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
                     v_cache: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor, slot_mapping: torch.Tensor,
                     num_heads: int, has_gate: bool = False, q_norm: torch.Tensor | None = None,
                     k_norm: torch.Tensor | None = None, eps: float = 1e-6, norm_offset: float = 0.0,
-                    out: torch.Tensor | None = None, aot=None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, aot=None, pdl: bool = False) -> torch.Tensor:
     """QK-norm + RoPE of one step's q and k, k and v written into the paged cache (reference.qkv_rope_kv_write).
 
     qkv: [T, Hq·D·(2 if has_gate else 1) + 2·Hkv·D] bf16 / fp16 / fp32, rows [q | gate? | k | v] (rows may be
@@ -130,6 +133,7 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
     q_norm, k_norm: [D] each or both None (no QK-norm); norm_offset: 0 or 1;
     out: [T, Hq, D] (heads contiguous), default a new tensor in qkv's dtype.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     Returns out (q, normed and rotated).
     """
     T = qkv.shape[0]
@@ -167,6 +171,6 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
             k_norm if qk_norm else inv_freq, out, out.stride(0), k_cache, v_cache, k_scale, v_scale, slot_mapping,
             float(eps)),
            dict(HQ=num_heads, HKV=Hkv, D=D, R=R, K_COL=k_col, BLOCK_D=block_d, QK_NORM=qk_norm,
-                NORM_OFFSET=int(norm_offset)),
+                NORM_OFFSET=int(norm_offset), PDL=pdl),
            max(1, min(block_d // 128, 4)), JIT_DEFAULT_STAGES, aot=aot, unaligned=("qkv", "q_out"))
     return out

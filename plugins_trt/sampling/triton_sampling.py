@@ -45,6 +45,7 @@ import triton
 import triton.language as tl
 
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
+from atlas.plugins_trt.pdl import pdl_enter
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -72,8 +73,10 @@ def argmax_partial_kernel(
     part_val, part_idx,             # fp32, int32 [B, NB]: max and its lowest column per block
     V, NB,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
     """Grid (B, NB): block j of row b covers columns j·BLOCK .. j·BLOCK + BLOCK - 1."""
+    pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     cols = j * BLOCK + tl.arange(0, BLOCK)
@@ -89,8 +92,10 @@ def argmax_combine_kernel(
     out,                            # int32 / int64 [B]
     NB,
     NB_P2: tl.constexpr,            # power of two >= NB
+    PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
 ):
     """Grid (B,): the first block holding the row's max holds its lowest index."""
+    pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, NB_P2)
     v = tl.load(part_val + b * NB + j, mask=j < NB, other=float("-inf"))
@@ -239,7 +244,7 @@ def _out(out: torch.Tensor | None, B: int, device) -> torch.Tensor:
 
 def launch_argmax(logits: torch.Tensor, out: torch.Tensor | None = None, BLOCK: int = 4096,
                   partials: tuple[torch.Tensor, torch.Tensor] | None = None, num_warps: int = 8,
-                  aot=None) -> torch.Tensor:
+                  aot=None, pdl: bool = False) -> torch.Tensor:
     """Greedy ids: torch.argmax(logits, -1) (lowest index among ties) for NaN-free logits.
 
     logits: [B, V] bf16 / fp16 / fp32 (rows may be strided, unit column stride);
@@ -247,6 +252,7 @@ def launch_argmax(logits: torch.Tensor, out: torch.Tensor | None = None, BLOCK: 
     partials: (fp32 [B, NB], int32 [B, NB]) with NB = cdiv(V, BLOCK), the stage-1 results, default new tensors
       (pass static ones to keep allocation out of a captured graph).
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     Returns out.
     """
     _check_logits(logits)
@@ -264,9 +270,11 @@ def launch_argmax(logits: torch.Tensor, out: torch.Tensor | None = None, BLOCK: 
     if B == 0:
         return out
     # logits may be a view with strided rows, out a slice of a larger buffer
-    launch(argmax_partial_kernel, (B, NB), (logits, logits.stride(0), part_val, part_idx, V, NB), dict(BLOCK=BLOCK),
+    launch(argmax_partial_kernel, (B, NB), (logits, logits.stride(0), part_val, part_idx, V, NB),
+           dict(BLOCK=BLOCK, PDL=pdl),
            num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=("logits",))
-    launch(argmax_combine_kernel, (B,), (part_val, part_idx, out, NB), dict(NB_P2=triton.next_power_of_2(NB)),
+    launch(argmax_combine_kernel, (B,), (part_val, part_idx, out, NB),
+           dict(NB_P2=triton.next_power_of_2(NB), PDL=pdl),
            1, JIT_DEFAULT_STAGES, aot=aot, unaligned=("out",))
     return out
 

@@ -268,7 +268,7 @@ def test_recorded_signature_of_decode_and_norm():
     assert dict(decode.params)["k_cache"] == "*bf16" and dict(decode.params)["sm_scale"] == "fp32"
 
     plain, residual = sorted(by_kernel["rms_norm_kernel"], key=lambda i: i.constexprs["HAS_RESIDUAL"])
-    assert residual.constexprs == dict(OFFSET=0, HAS_RESIDUAL=True, HAS_GATE=False, BLOCK=4096)
+    assert residual.constexprs == dict(OFFSET=0, HAS_RESIDUAL=True, HAS_GATE=False, BLOCK=4096, PDL=False)
     assert residual.params == [("x", "*bf16"), ("stride_x", "i32"), ("residual", "*bf16"), ("stride_r", "i32"),
                                ("residual_out", "*bf16"), ("stride_ro", "i32"), ("gate", "*bf16"),
                                ("stride_g", "i32"), ("weight", "*bf16"), ("y", "*bf16"), ("stride_y", "i32"),
@@ -279,7 +279,7 @@ def test_recorded_signature_of_decode_and_norm():
     (embed,) = by_kernel["embedding_kernel"]
     assert dict(embed.params)["ids"] == "*i32" and embed.divisible_by_16 == ("ids",)
     (combine,) = by_kernel["argmax_combine_kernel"]
-    assert combine.constexprs == {"NB_P2": 32} and dict(combine.params)["out"] == "*i64"  # cdiv(128256, 4096) = 32
+    assert combine.constexprs == {"NB_P2": 32, "PDL": False} and dict(combine.params)["out"] == "*i64"  # cdiv(128256, 4096) = 32
 
 
 # ------------------------------------------------------------------------------------------- the recorder

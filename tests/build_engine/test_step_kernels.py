@@ -81,6 +81,11 @@ def test_every_step_the_runner_launches_finds_its_kernels(built):
     # the decode step of a long context splits it (a second, reducing launch) at small batch
     assert any(n.startswith("paged_decode_reduce_kernel") for n in launched)
     assert config.qk_norm and any(n.startswith("qkv_rope_kernel") for n in launched)
+    # the step's small kernels are compiled for programmatic dependent launch (plugins_trt/pdl.py)
+    small = ("embedding_kernel", "rms_norm_kernel", "qkv_rope_kernel", "paged_decode_kernel",
+             "paged_decode_reduce_kernel", "silu_mul_kernel", "argmax_partial_kernel", "argmax_combine_kernel")
+    keys = [k for k in plan["instances"] if k.startswith(small)]
+    assert {k.split("(")[0] for k in keys} == set(small) and all("PDL=True" in k for k in keys)
 
 
 GDN_STEP_KERNELS = {"gdn_recurrent_kernel",  # decode: conv + gating + delta rule + gated norm, fused

@@ -331,6 +331,9 @@ cases = {  # Llama-3.1-8B's attention (Hq 32, Hkv 8, D 128), block_size 16
     # Qwen3.5-27B's attention (Hq 24, Hkv 4, D 256, output gate)
     "qwen3.5.decode.fp8.gate": TD.signature_paged_decode(24, 4, 256, 16, f8, has_gate=True),
     "qwen3.5.prefill.bf16.gate": TP.signature_paged_prefill(24, 4, 256, 16, bf, has_gate=True),
+    # as the engine compiles the decode step's: programmatic dependent launch (plugins_trt/pdl.py)
+    "decode.bf16.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True),
+    "decode_reduce.pdl": TD.signature_paged_decode_reduce(32, 128, 16, pdl=True),
 }
 report = {}
 for name, sig in cases.items():
@@ -340,6 +343,8 @@ for name, sig in cases.items():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(k.asm["cubin"]); f.flush()
             usage = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True).stdout
+            sass = subprocess.run([str(cuobjdump), "-sass", f.name], capture_output=True, text=True).stdout
+        entry["pdl"] = "PREEXIT" in sass and "ACQBULK" in sass  # griddepcontrol.launch_dependents / .wait
         for key in ("REG", "STACK", "LOCAL"):
             m = re.search(key + r":(\d+)", usage)
             entry[key.lower()] = int(m.group(1)) if m else None
@@ -364,6 +369,7 @@ def test_kernels_compile_for_sm90(tmp_path):
               f"smem {e['smem']} B  cubin {e['cubin']} B")
         assert e["cubin"] > 0 and e["scratch"] == 0, name
         assert e.get("local") in (0, None), f"{name} spills registers to local memory"
+        assert e.get("pdl", name.endswith(".pdl")) == name.endswith(".pdl"), name
 
 
 # ------------------------------------------------------------------------------------------- GPU, real shapes

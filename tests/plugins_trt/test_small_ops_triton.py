@@ -187,6 +187,18 @@ def test_silu_mul(dtype):
 
 
 @small
+def test_pdl_launch_computes_the_same():
+    """pdl=True (the engine's launch, plugins_trt/pdl.py) leaves the result unchanged; under the interpreter the
+    launch path compiles PDL off (its instructions have no interpreter form)."""
+    g = torch.Generator().manual_seed(12)
+    gate_up = strided_rows(g, 3, 2 * 40, torch.float32, pad=4)
+    x = strided_rows(g, 3, 64, torch.float32, pad=4)
+    w = torch.randn(64, generator=g)
+    assert torch.equal(launch_silu_mul(gate_up, BLOCK=16, pdl=True), launch_silu_mul(gate_up, BLOCK=16))
+    assert torch.equal(launch_rms_norm(x, w, 1e-6, pdl=True), launch_rms_norm(x, w, 1e-6))
+
+
+@small
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64], ids=["ids_i32", "ids_i64"])
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_embedding(dtype, id_dtype):
@@ -471,6 +483,8 @@ B16, F32, I32, I64, F8 = "*bf16", "*fp32", "*i32", "*i64", "*fp8e4nv"
 
 
 def spec(name, fn, types, constexprs, num_warps=4):
+    if "PDL" in fn.arg_names:  # plugins_trt/pdl.py (the step's kernels; not the sampler)
+        constexprs = {**constexprs, "PDL": name.endswith(".pdl")}
     sig = {a: ("constexpr" if a in constexprs else types[a]) for a in fn.arg_names}
     div = tuple(a for a, t in types.items() if t.startswith("*"))
     return KernelSpec(fn=fn, name=name, signature=sig, constexprs=constexprs, num_warps=num_warps, num_stages=1,
@@ -519,6 +533,17 @@ cases = [
          dict(NB_P2=64), 1),
     sample("sample.bf16", B16),
     sample("sample.fp32", F32),
+    # the decode step's small kernels as the engine compiles them: programmatic dependent launch
+    norm("rms_norm.residual.H4096.pdl", 4096, 0, True, False),
+    rope("qkv_rope.llama.D128.bf16.pdl", 32, 8, 128, 128, False, False, 0, B16),
+    spec("silu_mul.pdl", silu_mul_kernel, dict(gate_up=B16, stride_in="i32", out=B16, stride_out="i32", I="i32"),
+         dict(BLOCK=1024)),
+    spec("embedding.i32.pdl", embedding_kernel, dict(ids=I32, table=B16, stride_table="i32", out=B16,
+                                                     stride_out="i32", V="i32", H="i32"), dict(BLOCK=1024)),
+    spec("argmax_partial.pdl", argmax_partial_kernel, dict(logits=B16, stride_l="i32", part_val=F32, part_idx=I32,
+                                                           V="i32", NB="i32"), dict(BLOCK=4096), 8),
+    spec("argmax_combine.pdl", argmax_combine_kernel, dict(part_val=F32, part_idx=I32, out=I64, NB="i32"),
+         dict(NB_P2=64), 1),
 ]
 report = {}
 for s in cases:
@@ -528,6 +553,9 @@ for s in cases:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.cubin); f.flush()
         usage = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([str(cuobjdump), "-sass", f.name], capture_output=True, text=True).stdout
+    # griddepcontrol.launch_dependents / .wait in SASS
+    entry["preexit"], entry["acqbulk"] = sass.count("PREEXIT"), sass.count("ACQBULK")
     for key in ("REG", "STACK", "LOCAL"):
         m = re.search(key + r":(\d+)", usage)
         entry[key.lower()] = int(m.group(1)) if m else None
@@ -546,8 +574,10 @@ def test_aot_compile_sm90(tmp_path):
     proc = subprocess.run([sys.executable, "-c", AOT_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(report) == 14
+    assert len(report) == 20
     for name, e in report.items():
+        # programmatic dependent launch: launch_dependents and wait at the start of the PDL builds only
+        assert (e["preexit"] > 0 and e["acqbulk"] > 0) == name.endswith(".pdl"), (name, e["preexit"], e["acqbulk"])
         print(f"  {name:34s} regs {e['reg']}  stack {e['stack']}  local {e['local']}  smem {e['shared']:>5} B  "
               f"{e['seconds']} s")
         assert e["bytes"] > 0
