@@ -36,8 +36,8 @@ class CudaOps:
                  pdl: bool = True):
         """aot: AotKernels of the engine (or a KernelRecorder at build). num_splits: the decode attention's
         splits over the context (fixed per captured graph; see ModelRunner). pdl: launch the step's small kernels
-        (embedding, norms, RoPE, decode attention, SiLU-mul, argmax) with programmatic dependent launch
-        (plugins_trt/pdl.py), as the GEMVs are: each launch overlaps the kernel before it."""
+        (embedding, norms, RoPE, decode attention, the fused GDN decode, SiLU-mul, argmax) with programmatic dependent
+        launch (plugins_trt/pdl.py), as the GEMVs are: each launch overlaps the kernel before it."""
         self.c = config
         self.aot = aot
         self.pdl = pdl
@@ -94,7 +94,7 @@ class CudaOps:
         if step.max_q_len == 1:  # decode: one token a sequence, conv + gating + delta rule + gated norm fused
             o = launch_gdn_decode(mixed, a, b, layer.conv_weight, layer.A_log, layer.dt_bias, pool.window,
                                   pool.state, step.state_slots, c.linear_num_key_heads, z=z, norm_weight=layer.norm,
-                                  norm_eps=c.rms_norm_eps, aot=self.aot)  # o: [T, HV, DV]
+                                  norm_eps=c.rms_norm_eps, aot=self.aot, pdl=self.pdl)  # o: [T, HV, DV]
             return o.view(T, V)
         # prefill chunks (several sequences packed by cu_q), each from its slot's window and state: the conv, the
         # chunked delta rule, then the gated norm

@@ -18,7 +18,7 @@ def launch_gdn_decode(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                       slots: torch.Tensor, num_k_heads: int, conv_bias: torch.Tensor | None = None,
                       z: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
                       norm_eps: float = 1e-6, out: torch.Tensor | None = None, BV: int | None = None,
-                      num_warps: int | None = None, aot=None) -> torch.Tensor:
+                      num_warps: int | None = None, aot=None, pdl: bool = False) -> torch.Tensor:
     """One decode step for B sequences.
 
     mixed_qkv: [B, C] raw in_proj rows [q | k | v] before the conv (any row stride);
@@ -27,6 +27,7 @@ def launch_gdn_decode(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     (fp32, or bf16); slots int32 [B] (distinct; negative = padding, skipped).
     z [B, HV·DV] and norm_weight [DV]: if given, returns norm_weight · rmsnorm(o) · silu(z) instead of o.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     No host-device synchronisation: capturable in a CUDA graph with static inputs (runtime/cuda_ops.py).
     Returns o [B, HV, DV] in mixed_qkv's dtype.
     """
@@ -36,5 +37,5 @@ def launch_gdn_decode(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     launch_recurrent(rows(mixed_qkv, "mixed_qkv", C), rows(a, "a", HV), rows(b, "b", HV), conv_weight, conv_bias,
                      A_log, dt_bias, window, state, slots, num_k_heads=num_k_heads, T=1, o=o.view(B, HV * DV),
                      z=rows(z, "z", HV * DV) if z is not None else None, norm_weight=norm_weight,
-                     norm_eps=norm_eps, in_place=True, BV=BV, num_warps=num_warps, aot=aot)
+                     norm_eps=norm_eps, in_place=True, BV=BV, num_warps=num_warps, aot=aot, pdl=pdl)
     return o

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, l2norm_vec
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
+from atlas.plugins_trt.pdl import pdl_enter
 
 
 @triton.jit
@@ -55,8 +56,10 @@ def gdn_recurrent_kernel(
     STORE_STEPS: tl.constexpr, KEEP_INPUTS: tl.constexpr, STORE_O: tl.constexpr, STORE_DELTAS: tl.constexpr,
     FUSE_NORM: tl.constexpr, NORM_EPS: tl.constexpr,
     HAS_CONV_BIAS: tl.constexpr, HAS_LENS: tl.constexpr,
+    PDL: tl.constexpr = False,           # programmatic dependent launch (plugins_trt/pdl.py)
 ):
     tl.static_assert(KW == 4, "the fused kernel keeps the conv's last three inputs in registers (KW 4)")
+    pdl_enter(PDL)
     iv, h, bi = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     R: tl.constexpr = HV // HK
     NV: tl.constexpr = DV // BV
@@ -264,13 +267,14 @@ def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: i
 def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, state, slots, *, num_k_heads: int,
                      T: int, lens=None, o=None, z=None, norm_weight=None, norm_eps: float = 1e-6, steps=None,
                      keep_x=None, keep_ab=None, deltas=None, in_place: bool, BV: int | None = None,
-                     num_warps: int | None = None, aot=None):
+                     num_warps: int | None = None, aot=None, pdl: bool = False):
     """Launch gdn_recurrent_kernel; x [B*T, C], a/b [B*T, HV] (one row stride), state [S, HV, DK, DV].
 
     Default tiles (H200 sweep at HV 48, D 128): one token (decode) BV 64 / 4 warps once B·HV fills the
     chip twice, else BV 32 / 4 warps; several tokens (verify, replay) BV 16 / 1 warp, whose reductions
     stay inside a warp and whose many small programs hide the token-to-token latency.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
+    pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     Nothing is read from the device on the host: a decode launch records into a CUDA graph (the first launch at a
     batch may allocate the sync counters: make it outside capture, as ModelRunner's warm-up launch does).
     """
@@ -297,5 +301,5 @@ def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, st
            dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV, IN_PLACE=in_place,
                 STORE_STEPS=steps is not None, KEEP_INPUTS=keep_x is not None, STORE_O=o is not None,
                 STORE_DELTAS=deltas is not None, FUSE_NORM=fuse_norm, NORM_EPS=float(norm_eps),
-                HAS_CONV_BIAS=conv_bias is not None, HAS_LENS=lens is not None),
+                HAS_CONV_BIAS=conv_bias is not None, HAS_LENS=lens is not None, PDL=pdl),
            num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=_VIEWS)

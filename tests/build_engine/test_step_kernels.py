@@ -106,6 +106,9 @@ def test_every_step_of_a_hybrid_model_finds_its_kernels(built_hybrid):
     assert GDN_STEP_KERNELS <= kernels, GDN_STEP_KERNELS - kernels
     # the GDN output norm (gated, plain weight) beside the decoder's (1 + w) norms
     assert any(k.startswith("rms_norm_kernel(") and "HAS_GATE=True" in k for k in plan["instances"])
+    # the fused GDN decode is compiled for programmatic dependent launch (plugins_trt/pdl.py)
+    decode = [k for k in plan["instances"] if k.startswith("gdn_recurrent_kernel(")]
+    assert decode and all("PDL=True" in k for k in decode)
 
 
 _ST_DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32, "F16": torch.float16}

@@ -514,7 +514,7 @@ def _aot_cases():
                state=F, slots=I, lens=I, sync=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=P, steps=F,
                keep_x=P, keep_ab=P, dk=F, du=F, dg=F, T=i32)
     rec_c = dict(dims, KW=4, WP=4, BV=32, IN_PLACE=True, STORE_STEPS=False, KEEP_INPUTS=False, STORE_O=True,
-                 FUSE_NORM=False, NORM_EPS=1e-6, HAS_CONV_BIAS=False, HAS_LENS=False, STORE_DELTAS=False)
+                 FUSE_NORM=False, NORM_EPS=1e-6, HAS_CONV_BIAS=False, HAS_LENS=False, STORE_DELTAS=False, PDL=False)
     return {
         "conv_varlen": (tc.conv_varlen_kernel, dict(x=P, stride_x=i32, y=P, stride_y=i32, weight=P, bias=P,
                         window=P, cu_seqlens=I, slots=I, C=i32), dict(KW=4, WP=4, BT=32, BC=64, HAS_BIAS=False,
@@ -525,6 +525,7 @@ def _aot_cases():
         "conv_commit": (tc.conv_commit_kernel, dict(window=P, slots=I, keep=P, accepted=I, T=i32, C=i32),
                         dict(KW=4, WP=4, BC=256)),
         "decode": (gdn_recurrent_kernel, rec, rec_c),
+        "decode.pdl": (gdn_recurrent_kernel, rec, dict(rec_c, PDL=True)),  # as the engine's decode step (pdl.py)
         "verify": (gdn_recurrent_kernel, rec, dict(rec_c, IN_PLACE=False, STORE_STEPS=True, KEEP_INPUTS=True)),
         "commit": (gdn_commit_kernel, dict(state=F, slots=I, accepted=I, steps=F, window=P, keep_x=P, T=i32),
                    dict(dims, KW=4, WP=4, BV=64)),
