@@ -48,6 +48,8 @@ class BuildConfig:
     """--device cuda: the paged KV cache's format, bfloat16 or fp8 (E4M3, one scale per tensor)."""
     max_batch: int = 32
     """--device cuda: the most sequences a decode step runs (the largest captured batch bucket)."""
+    pdl: bool = True
+    """--device cuda: the step's small kernels with programmatic dependent launch (plugins_trt/pdl.py)."""
     tuning_cache: Path | None = None
     """--device cuda, autotuned: a JSON file of chosen kernel configurations that this build reuses and adds to
     (build_engine/tuning_cache.py)."""
@@ -186,7 +188,8 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
     if cfg.device == "cuda":
         from atlas.runtime.model_runner import RunnerOptions
 
-        options = RunnerOptions(max_batch=cfg.max_batch, kv_cache_dtype=cfg.kv_cache_dtype, max_seq_len=max_seq_len)
+        options = RunnerOptions(max_batch=cfg.max_batch, kv_cache_dtype=cfg.kv_cache_dtype, max_seq_len=max_seq_len,
+                                pdl=cfg.pdl)
         kernels, linear_kernels, gdn_kernels, step_kernels, target = _compile_kernels(
             config, converter.formats, out, cfg.autotune, options, cfg.tuning_cache)
     has_tokenizer = ckpt.export_tokenizer(out)

@@ -53,6 +53,9 @@ def _size(n: int) -> str:
               help="--device cuda: most sequences in one decode step (the largest CUDA graph batch bucket).")
 @click.option("--autotune/--no-autotune", default=True, show_default=True,
               help="--device cuda: time candidate kernel configurations on this machine's GPU.")
+@click.option("--pdl/--no-pdl", default=True, show_default=True,
+              help="--device cuda: compile the decode step's small kernels for programmatic dependent launch (each "
+                   "launch overlaps the kernel before it).")
 @click.option("--tuning-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="--device cuda: reuse the kernel configurations in this JSON file and add the ones this build "
                    "times (entries are per GPU, Triton version and kernel source).")
@@ -61,7 +64,7 @@ def _size(n: int) -> str:
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_dtype, max_batch, autotune,
-         tuning_cache, onnx, overwrite, quiet):
+         pdl, tuning_cache, onnx, overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
@@ -73,7 +76,7 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_
     try:
         result = build(BuildConfig(checkpoint, output, dtype=dtype, class_dtypes=parse_class_dtypes(class_dtypes),
                                    max_seq_len=max_seq_len, device=device, kv_cache_dtype=kv_cache_dtype,
-                                   max_batch=max_batch, autotune=autotune, tuning_cache=tuning_cache,
+                                   max_batch=max_batch, autotune=autotune, pdl=pdl, tuning_cache=tuning_cache,
                                    onnx=onnx, overwrite=overwrite,
                                    progress=not quiet))
     except BuildError as e:

@@ -64,7 +64,7 @@ def _meta_linear(weights: dict[str, torch.Tensor], prefix: str):
 def record_step_kernels(config: ModelConfig, options: RunnerOptions) -> KernelRecorder:
     """Every step-kernel instance a ModelRunner with these options launches, from its own steps on meta tensors."""
     recorder = KernelRecorder()
-    ops = CudaOps(config, recorder, device="meta")
+    ops = CudaOps(config, recorder, device="meta", pdl=options.pdl)
     model = PagedModel(config, _meta_weights(config), ops=ops, linear=_meta_linear)
     dtype = KV_DTYPES[options.kv_cache_dtype]
     attn_layers = sum(kind == ATTENTION for kind in config.layer_types)  # the KV cache holds these only

@@ -45,6 +45,8 @@ class RunnerOptions:
     """bfloat16 | fp8 (E4M3, one scale per tensor)."""
     prefill_chunk: int = 512
     max_seq_len: int = 4096
+    pdl: bool = True
+    """The step's small kernels compiled and launched with programmatic dependent launch (plugins_trt/pdl.py)."""
 
     def __post_init__(self):
         if self.kv_cache_dtype not in ("bfloat16", "fp8"):
@@ -69,7 +71,7 @@ class RunnerOptions:
 
     def to_dict(self) -> dict:
         return dict(max_batch=self.max_batch, block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
-                    prefill_chunk=self.prefill_chunk, max_seq_len=self.max_seq_len)
+                    prefill_chunk=self.prefill_chunk, max_seq_len=self.max_seq_len, pdl=self.pdl)
 
 
 def step_shapes(options: RunnerOptions) -> list[tuple[int, int]]:
@@ -106,7 +108,7 @@ class ModelRunner:
         self.c = c
         self.options = options or RunnerOptions(**engine.runtime_options)
         self.engine = engine
-        self.ops = CudaOps(c, engine.aot)
+        self.ops = CudaOps(c, engine.aot, pdl=self.options.pdl)
         self.model = PagedModel(c, engine.weights, ops=self.ops, linear=engine.linear)
         o = self.options
         dtype = KV_DTYPES[o.kv_cache_dtype]

@@ -36,7 +36,7 @@ SUMMARY = {  # summary key -> (case, batch)
 
 
 def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
-               tuning_cache: Path | None = None) -> dict:
+               tuning_cache: Path | None = None, pdl: bool = True) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.runtime.bench import bench
     from atlas.runtime.cuda_engine import load_cuda_engine
@@ -47,7 +47,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     t0 = time.perf_counter()
     build(BuildConfig(f"synthetic:{preset}", out, dtype=dtype, device="cuda", onnx=False, overwrite=True,
                       max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes), tuning_cache=tuning_cache,
-                      progress=False))
+                      pdl=pdl, progress=False))
     build_s = time.perf_counter() - t0
     click.echo(f"{case}: built in {build_s:.0f} s", err=True)
     runner = None
@@ -61,7 +61,8 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         runner = None
         gc.collect()
         torch.cuda.empty_cache()
-    return {"case": case, "preset": preset, "dtype": dtype, "build_seconds": build_s, **result}
+    name = case if pdl else f"{case}+no-pdl"  # an A/B run of the small kernels' programmatic dependent launch
+    return {"case": name, "preset": preset, "dtype": dtype, "pdl": pdl, "build_seconds": build_s, **result}
 
 
 def hf_model(preset: str, device: str = "cuda"):
@@ -144,7 +145,7 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
         if c is not None:
             out[key] = c["floor_fraction"]
     speedups = {r["case"]: case(r["case"], 1)["tokens_per_s"] / hf[r["preset"]]["tokens_per_s"]
-                for r in atlas if r["preset"] in hf and case(r["case"], 1)}
+                for r in atlas if r["preset"] in hf and case(r["case"], 1) and r.get("pdl", True)}
     if speedups:
         out["min_speedup_vs_hf"] = min(speedups.values())
         out["speedup_vs_hf"] = speedups
@@ -163,9 +164,11 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
               help="Run the Atlas engines, the transformers peers, or both (a 27B case takes most of a device call).")
 @click.option("--tuning-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="atlas-build's --tuning-cache: kernel configurations chosen by an earlier build on this GPU.")
+@click.option("--pdl/--no-pdl", default=True, show_default=True,
+              help="atlas-build's --pdl; a --no-pdl case is recorded as '<case>+no-pdl' beside the default one.")
 @click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
               help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
-def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, merge_path):
+def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, merge_path):
     from atlas.tools.bench.timing import device_info
 
     import logging
@@ -180,12 +183,14 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
             if earlier.get(key) != result[key]:
                 raise click.ClickException(f"{merge_path} has {key} {earlier.get(key)!r}, this run {result[key]!r}: "
                                            f"results of different runs cannot be merged")
-        result["atlas"] = [r for r in earlier["atlas"] if r["case"] not in names or part == "hf"]
+        ran = {n if pdl else f"{n}+no-pdl" for n in names}
+        result["atlas"] = [r for r in earlier["atlas"] if r["case"] not in ran or part == "hf"]
         result["hf"] = dict(earlier["hf"])
     for name in names:  # written after every case: a later failure keeps what ran
         if part in ("both", "atlas"):
-            result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats, tuning_cache))
-            click.echo(f"{name}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
+            result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats, tuning_cache,
+                                                    pdl))
+            click.echo(f"{result['atlas'][-1]['case']}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
                                                f" of floor)" for c in result["atlas"][-1]["cases"]))
         preset = name.split(":")[0]
         if part in ("both", "hf") and preset not in result["hf"]:

@@ -88,6 +88,17 @@ def test_every_step_the_runner_launches_finds_its_kernels(built):
     assert {k.split("(")[0] for k in keys} == set(small) and all("PDL=True" in k for k in keys)
 
 
+def test_no_pdl_records_plain_instances(built):
+    """--no-pdl (RunnerOptions.pdl False): the same kernels, every one compiled for a plain launch."""
+    from atlas.build_engine.step_kernels import record_step_kernels
+
+    config = ModelConfig.from_dict(built["config"])
+    options = RunnerOptions(**{**built["step_kernels"]["options"], "pdl": False})
+    keys = list(record_step_kernels(config, options).instances)
+    assert keys and not any("PDL=True" in k for k in keys)
+    assert {k.split("(")[0] for k in keys} == {k.split("(")[0] for k in built["step_kernels"]["instances"]}
+
+
 GDN_STEP_KERNELS = {"gdn_recurrent_kernel",  # decode: conv + gating + delta rule + gated norm, fused
                     "conv_varlen_kernel", "chunk_wy_sliced_kernel", "chunk_state_kernel", "chunk_out_kernel"}  # prefill
 

@@ -72,3 +72,10 @@ def test_plot_is_written(tmp_path):
 
     decode_plot(_result(), str(tmp_path / "decode.png"))
     assert (tmp_path / "decode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_no_pdl_case_is_not_in_the_summary():
+    atlas = [_run("llama-3.1-8b:nvfp4", 300.0, 0.6), {**_run("llama-3.1-8b:nvfp4", 100.0, 0.2),
+                                                      "case": "llama-3.1-8b:nvfp4+no-pdl", "pdl": False}]
+    s = summarize(atlas, {"llama-3.1-8b": {"tokens_per_s": 20.0}})
+    assert s["nvfp4_b1_floor_fraction"] == 0.6 and s["min_speedup_vs_hf"] == 15.0
