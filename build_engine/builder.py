@@ -252,7 +252,7 @@ def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path, au
         if arch != 90:
             raise BuildError(f"this GPU is sm_{arch}; Atlas's kernels target Hopper (sm_90) for now.")
     cache = None
-    if tune:
+    if tune and tuning_cache is not None:
         from atlas.build_engine.tuning_cache import TuningCache
         cache = TuningCache.for_this_gpu(tuning_cache)
     compiled, plan = linear_kernel_list(config, formats, tune=tune, cache=cache)
@@ -262,7 +262,7 @@ def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path, au
     compiled += step_compiled
     table = write_kernels(compiled, out / "kernels") if compiled else {}
     target = {"device": "cuda", "arch": arch, "autotuned": tune}
-    if cache is not None and tuning_cache is not None:
+    if cache is not None:
         target["tuning_cache"] = {"hits": cache.hits, "misses": cache.misses}
     return table, plan, gdn_plan, step_plan, target
 

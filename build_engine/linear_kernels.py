@@ -174,16 +174,16 @@ def _random_weights(fmt: str, n: int, k: int):
     return quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, fmt)
 
 
-def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, tiled: bool, bits: bool):
+def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]):
     """(weights as the candidates read them, x, fp32 reference) on random data of the real shape."""
     from atlas.plugins_trt.quant_linear.reference import dequantize
 
     qt = _random_weights(fmt, n, k)
     x = torch.randn(bucket, k, device="cuda", dtype=torch.bfloat16)
     ref = x.float() @ dequantize(fmt, qt.weight, qt.weight_scale, qt.weight_scale_2).T
-    if tiled:  # the candidates read the GPU order, as the runtime will give it
+    if candidates and candidates[0].get("TILED"):  # the candidates read the GPU order, as the runtime will give it
         from atlas.plugins_trt.quant_linear.layout import gpu_order
-        w, ws = gpu_order(qt.weight, qt.weight_scale, bits)
+        w, ws = gpu_order(qt.weight, qt.weight_scale, bool(candidates[0].get("BITS")))
         qt = dataclasses.replace(qt, weight=w, weight_scale=ws)
     return qt, x, ref
 
@@ -202,16 +202,11 @@ def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict):
     return lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg)
 
 
-def _inputs_for(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]):
-    first = candidates[0] if candidates else {}
-    return _tuning_inputs(fmt, bucket, n, k, bool(first.get("TILED")), bool(first.get("BITS")))
-
-
 def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict:
     """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT)."""
     import triton.testing
 
-    qt, x, ref = _inputs_for(fmt, bucket, n, k, candidates)
+    qt, x, ref = _tuning_inputs(fmt, bucket, n, k, candidates)
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
@@ -233,20 +228,15 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict
 _WORKER_INPUTS: dict = {}
 
 
-def _cache_args(case: tuple[str, int, int, int]) -> tuple[str, int, int, int]:
-    fmt, bucket, n, k = case
-    return fmt, n, k, bucket
-
-
 def _precompile_one(job: tuple) -> bool:
     """In a worker process: launch one candidate once, so that Triton compiles it into its on-disk cache (shared
     with the build's process, which then loads instead of compiling). False where it cannot run."""
     fmt, bucket, n, k, candidates, i = job
-    key = (fmt, bucket, n, k, bool(candidates[0].get("TILED")), bool(candidates[0].get("BITS")))
+    key = (fmt, bucket, n, k)  # one job's candidates share their inputs
     try:
         if key not in _WORKER_INPUTS:
             _WORKER_INPUTS.clear()  # one shape's tensors at a time
-            _WORKER_INPUTS[key] = _inputs_for(fmt, bucket, n, k, candidates)
+            _WORKER_INPUTS[key] = _tuning_inputs(fmt, bucket, n, k, candidates)
         qt, x, _ = _WORKER_INPUTS[key]
         _candidate_call(fmt, bucket, qt, x, candidates[i])()
         torch.cuda.synchronize()
@@ -325,18 +315,19 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
 
     cases = [(fmt, bucket, n, k) for fmt, n, k in linear_shapes(config, weight_formats)
              for bucket in GEMV_BUCKETS + GEMM_BUCKETS]
-    chosen = {c: cache.get(*_cache_args(c)) if (tune and cache is not None) else None for c in cases}
-    if tune:  # what will be timed is compiled first, in parallel
-        precompile_candidates([(*c, candidates(*c)) for c in cases if chosen[c] is None])
+    cached = {c: cache.get(*c) for c in cases} if (tune and cache is not None) else {}
+    todo = {c: candidates(*c) for c in cases if cached.get(c) is None}  # what is timed (or, untuned, taken first)
+    if tune:  # compiled first, in parallel
+        precompile_candidates([(*c, cands) for c, cands in todo.items()])
     t0 = time.perf_counter()
     for fmt, bucket, n, k in cases:
         entry = plan.setdefault(shape_key(fmt, n, k), {})
-        cfg = chosen[(fmt, bucket, n, k)]
+        cfg = cached.get((fmt, bucket, n, k))
         if cfg is None:
-            cands = candidates(fmt, bucket, n, k)
+            cands = todo[(fmt, bucket, n, k)]
             cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
             if tune and cache is not None:
-                cache.put(fmt, n, k, bucket, cfg)
+                cache.put(fmt, bucket, n, k, cfg)
         tag = "_".join(f"{v}" for v in cfg.values())
         item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None, "perm": None}
         if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
@@ -390,6 +381,6 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                                gemm.grid_permute_k(bk, bucket, k))
         entry[str(bucket)] = item
     if tune:
-        log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases),
-                 sum(chosen[c] is None for c in cases), time.perf_counter() - t0)
+        log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases), len(todo),
+                 time.perf_counter() - t0)
     return compiled, plan

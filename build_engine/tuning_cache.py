@@ -32,7 +32,7 @@ def kernel_digest() -> str:
 
 
 class TuningCache:
-    """Chosen configurations by key; `get` / `put` per (format, N, K, M bucket) on the current GPU."""
+    """Chosen configurations by key; `get` / `put` per (format, M bucket, N, K) on the current GPU."""
 
     def __init__(self, path: Path | None, device_name: str, triton_version: str):
         self.path = Path(path) if path is not None else None
@@ -56,20 +56,20 @@ class TuningCache:
 
         return cls(path, torch.cuda.get_device_name(), triton.__version__)
 
-    def key(self, fmt: str, n: int, k: int, bucket: int) -> str:
+    def key(self, fmt: str, bucket: int, n: int, k: int) -> str:
         return f"{self.prefix}|{fmt}:{n}x{k}|M{bucket}"
 
-    def get(self, fmt: str, n: int, k: int, bucket: int) -> dict | None:
-        cfg = self.entries.get(self.key(fmt, n, k, bucket))
+    def get(self, fmt: str, bucket: int, n: int, k: int) -> dict | None:
+        cfg = self.entries.get(self.key(fmt, bucket, n, k))
         if cfg is None:
             self.misses += 1
         else:
             self.hits += 1
         return dict(cfg) if cfg is not None else None
 
-    def put(self, fmt: str, n: int, k: int, bucket: int, cfg: dict) -> None:
+    def put(self, fmt: str, bucket: int, n: int, k: int, cfg: dict) -> None:
         """Add a timed choice and write the file at once (a build stopped midway keeps what it timed)."""
-        self.entries[self.key(fmt, n, k, bucket)] = dict(cfg)
+        self.entries[self.key(fmt, bucket, n, k)] = dict(cfg)
         self.save()
 
     def save(self) -> None:

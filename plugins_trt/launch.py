@@ -116,9 +116,11 @@ def launch(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict, num_wa
     """
     if aot is not None:
         aot.launch(fn, constexprs, num_warps, num_stages, grid, args, unaligned)
-    elif constexprs.get("PDL") and os.environ.get("TRITON_INTERPRET") == "1":  # no grids to overlap (pdl.py)
-        fn[grid](*args, **{**constexprs, "PDL": False}, num_warps=num_warps, num_stages=num_stages)
-    elif constexprs.get("PDL"):  # programmatic dependent launch (plugins_trt/pdl.py)
-        fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages, launch_pdl=True)
-    else:
-        fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        return
+    pdl = {}
+    if constexprs.get("PDL"):  # programmatic dependent launch (plugins_trt/pdl.py); the interpreter has none
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            constexprs = {**constexprs, "PDL": False}
+        else:
+            pdl = {"launch_pdl": True}
+    fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages, **pdl)

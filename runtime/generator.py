@@ -116,13 +116,12 @@ class Generator:
                 yield from self._greedy_pipelined(seq, ids[0], limit)
                 return
             for i in range(limit):
-                token = ids[0] if params.temperature == 0 else sample(runner.logits[0], params.temperature,
-                                                                     params.top_k, params.top_p, generator)
+                token = sample(runner.logits[0], params.temperature, params.top_k, params.top_p, generator)
                 if token in self.eos_ids:
                     return
                 yield token
                 if i + 1 < limit:
-                    ids = runner.step(StepBatch((seq,), ((token,),)))
+                    runner.step(StepBatch((seq,), ((token,),)))  # its logits: runner.logits
         finally:
             runner.free(seq)
 

@@ -142,21 +142,21 @@ class ModelRunner:
         logits = self.model.forward(step, self.kv, self.states)
         return self.ops.argmax(logits), logits
 
-    def _checked(self, batch: StepBatch) -> tuple[StepBatch, int]:
-        """The batch with its sequences' state slots (a new sequence takes a zeroed one), and its bucket."""
-        if self.states is not None:
-            for s in batch.seq_ids:
-                if s not in self.slots:
-                    self.slots[s] = self.states.acquire()
-            batch = StepBatch(batch.seq_ids, batch.tokens, tuple(self.slots[s] for s in batch.seq_ids))
-        q = max(len(t) for t in batch.tokens)
-        if q > self.options.prefill_chunk:
-            raise ValueError(f"a step brings at most prefill_chunk = {self.options.prefill_chunk} tokens a sequence, "
-                             f"got {q}; split the prompt into chunks")
-        if len(batch.seq_ids) > self.options.buckets[-1]:
+    def _bucket(self, num_seqs: int) -> int:
+        """The smallest batch bucket that holds num_seqs sequences."""
+        if num_seqs > self.options.buckets[-1]:
             raise ValueError(f"a step runs at most {self.options.buckets[-1]} sequences (the engine's --max-batch), "
-                             f"got {len(batch.seq_ids)}")
-        return batch, next(b for b in self.options.buckets if b >= len(batch.seq_ids))
+                             f"got {num_seqs}")
+        return next(b for b in self.options.buckets if b >= num_seqs)
+
+    def _with_slots(self, batch: StepBatch) -> StepBatch:
+        """The batch with its sequences' state slots (a new sequence takes a zeroed one); hybrid models only."""
+        if self.states is None:
+            return batch
+        for s in batch.seq_ids:
+            if s not in self.slots:
+                self.slots[s] = self.states.acquire()
+        return StepBatch(batch.seq_ids, batch.tokens, tuple(self.slots[s] for s in batch.seq_ids))
 
     def _replay(self, batch: StepBatch, bucket: int, keep_ids: bool) -> torch.Tensor:
         """Lay the decode step out in pinned memory, copy it into the bucket's graph (asynchronously) and replay;
@@ -174,8 +174,13 @@ class ModelRunner:
         Decode steps replay the captured graph of the smallest bucket that holds them (eager when none is
         captured); prefill runs eagerly, one chunk a call (the caller splits prompts into prefill_chunk tokens).
         """
-        batch, bucket = self._checked(batch)
-        if max(len(t) for t in batch.tokens) == 1 and bucket in self.graphs:
+        q = max(len(t) for t in batch.tokens)
+        if q > self.options.prefill_chunk:
+            raise ValueError(f"a step brings at most prefill_chunk = {self.options.prefill_chunk} tokens a sequence, "
+                             f"got {q}; split the prompt into chunks")
+        bucket = self._bucket(len(batch.seq_ids))
+        batch = self._with_slots(batch)
+        if q == 1 and bucket in self.graphs:
             ids = self._replay(batch, bucket, keep_ids=False)
         else:
             step = StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda")
@@ -192,12 +197,14 @@ class ModelRunner:
         """
         seq_ids = tuple(seq_ids)
         fed = tokens is None
-        batch, bucket = self._checked(StepBatch(seq_ids, tuple((t,) for t in (tokens or (0,) * len(seq_ids)))))
+        bucket = self._bucket(len(seq_ids))
         if bucket not in self.graphs:
             raise ValueError(f"decode needs the captured graph of batch bucket {bucket}; call capture() first")
         if fed and self._fed.get(bucket) != seq_ids:
             raise ValueError(f"decode without tokens continues the last decode step of the same sequences in the "
                              f"same order; bucket {bucket} last ran {self._fed.get(bucket)}, not {seq_ids}")
+        # fed: the ids in the step are placeholders, not copied (the graph's own input_ids hold the real ones)
+        batch = self._with_slots(StepBatch(seq_ids, tuple((t,) for t in (tokens or (0,) * len(seq_ids)))))
         ids = self._replay(batch, bucket, keep_ids=fed)
         host = torch.empty(len(seq_ids), dtype=ids.dtype, pin_memory=True)
         host.copy_(ids[:len(seq_ids)], non_blocking=True)

@@ -1,7 +1,7 @@
 """Triton 3.6's CPU interpreter, made to compute what the GPU computes, and the fresh-process fallback of the kernel
 test modules (imported from tests/, which the modules put on sys.path).
 
-The interpreter gets five things wrong that the kernels use (test_quant_linear_triton.py::test_interpreter_patches
+The interpreter gets five things wrong that the kernels use (`check_patches`, which the kernel test modules run,
 checks the fixes against torch):
   1. int() of a scalar tensor fails (scalars are 1-element arrays, numpy >= 2.4), so run-time loop bounds fail;
   2. tl.dot on bf16 multiplies the raw uint16 bit patterns;
@@ -137,6 +137,18 @@ def run_in_fresh_process(path: str, deselect: str, timeout: int = 900) -> None:
     assert " passed" in proc.stdout and "skipped" not in proc.stdout.strip().splitlines()[-1]
 
 
+def skip_unless_interpreted(request, interpreted: bool, compiles: tuple[str, ...] = ()) -> None:
+    """For a kernel module's autouse fixture: without a GPU, a test that needs the interpreter is skipped when triton
+    was imported for compilation first (the module's test_cpu_tests_in_fresh_process reruns it); the fresh-process
+    test itself and tests whose names hold one of `compiles` (sm_90 compiles, no interpreter needed) run."""
+    import pytest
+
+    name = request.node.name
+    if not torch.cuda.is_available() and not interpreted and "fresh_process" not in name \
+            and not any(c in name for c in compiles):
+        pytest.skip("triton was imported for compilation first; test_cpu_tests_in_fresh_process runs this")
+
+
 def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     """‖out − ref‖ / ‖ref‖ in float64; non-finite output (an element left unwritten, a forbidden read) fails."""
     out, ref = out.double().cpu(), ref.double().cpu()
@@ -148,3 +160,36 @@ def report(name: str, err: float, tol: float = 1e-4) -> None:
     """Print the error ratio and fail above tol (default 1e-4, the fp32 kernels')."""
     print(f"  {name}: rel err {err:.2e} (tol {tol:.0e})")
     assert err < tol, f"{name}: relative error {err:.3e} over {tol:.0e}"
+
+
+def check_patches() -> None:
+    """Under the patched interpreter, each patched operation agrees with torch: bf16 and e4m3 casts, a bf16 tl.dot,
+    a loop over run-time bounds (the module docstring's 1 to 4)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(x_ptr, a_ptr, b_ptr, bf_ptr, q_ptr, c_ptr, n_ptr, K, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        tl.store(bf_ptr + offs, x.to(tl.bfloat16))
+        tl.store(q_ptr + offs, x.to(tl.float8e4nv))
+        r = tl.arange(0, 16)
+        a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
+        tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, b))
+        count = 0
+        for _ in range(tl.program_id(0), K):
+            count += 1
+        tl.store(n_ptr, count)
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([torch.tensor([127.6, -31.9, 7.9, 1.0 + 3 * 2.0 ** -9]), torch.randn(60, generator=g) * 50])
+    a, b = (torch.randn(16, 16, generator=g).bfloat16() for _ in range(2))
+    bf, q = torch.empty(64, dtype=torch.bfloat16), torch.empty(64, dtype=torch.float8_e4m3fn)
+    c, n = torch.empty(16, 16), torch.zeros(1, dtype=torch.int32)
+    probe[(1,)](x, a, b, bf, q, c, n, 5, BLOCK=64)
+    assert torch.equal(bf, x.bfloat16())
+    assert torch.equal(q.view(torch.uint8), x.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8))
+    assert rel(c, a.float() @ b.float()) < 1e-6
+    assert int(n) == 5

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import shutil
 import statistics
 import time
@@ -33,6 +34,12 @@ SUMMARY = {  # summary key -> (case, batch)
     "hybrid_bf16_b1_floor_fraction": ("qwen3.5-27b:bfloat16", 1),
     "hybrid_nvfp4_b1_floor_fraction": ("qwen3.5-27b:nvfp4", 1),
 }
+
+
+def case_name(case: str, pdl: bool) -> str:
+    """How a case is recorded: an A/B run without the small kernels' programmatic dependent launch is
+    '<case>+no-pdl', kept beside the default one and out of the summary."""
+    return case if pdl else f"{case}+no-pdl"
 
 
 def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
@@ -61,8 +68,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         runner = None
         gc.collect()
         torch.cuda.empty_cache()
-    name = case if pdl else f"{case}+no-pdl"  # an A/B run of the small kernels' programmatic dependent launch
-    return {"case": name, "preset": preset, "dtype": dtype, "pdl": pdl, "build_seconds": build_s, **result}
+    return {"case": case_name(case, pdl), "preset": preset, "dtype": dtype, "pdl": pdl, "build_seconds": build_s, **result}
 
 
 def hf_model(preset: str, device: str = "cuda"):
@@ -171,7 +177,6 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
 def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, merge_path):
     from atlas.tools.bench.timing import device_info
 
-    import logging
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sizes = [int(b) for b in batch_sizes.split(",")]
     names = [c.strip() for c in cases.split(",") if c.strip()]
@@ -183,7 +188,7 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
             if earlier.get(key) != result[key]:
                 raise click.ClickException(f"{merge_path} has {key} {earlier.get(key)!r}, this run {result[key]!r}: "
                                            f"results of different runs cannot be merged")
-        ran = {n if pdl else f"{n}+no-pdl" for n in names}
+        ran = {case_name(n, pdl) for n in names}
         result["atlas"] = [r for r in earlier["atlas"] if r["case"] not in ran or part == "hf"]
         result["hf"] = dict(earlier["hf"])
     for name in names:  # written after every case: a later failure keeps what ran

@@ -57,6 +57,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from atlas.plugins_trt.quant_linear.layout import TILE_K, can_tile
+from atlas.plugins_trt.pdl import pdl_enter
 
 # ---- bit patterns (int32 constants spelt signed, as Triton wants them) ------------------------------------
 _E2M1_MASK = tl.constexpr(0x81C00000 - (1 << 32))  # sign bit 31 + E2M1 exponent/mantissa at fp32 bits 24..22
@@ -206,14 +207,6 @@ def nvfp4_tile_bf16(w, sg, PTX: tl.constexpr = False):
 
 
 @triton.jit
-def _pdl_enter(PDL: tl.constexpr):
-    """With PDL: let the next grid launch, then wait for the previous one's writes (module docstring)."""
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
-
-
-@triton.jit
 def _epilogue_store(y, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
                     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     """y fp32 [BM, BN] -> out[m, n] (+ bias[n]) (+ residual[m, n]), cast to out's element type, masked."""
@@ -358,7 +351,7 @@ def nvfp4_gemv_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
     """
     tl.static_assert(BLOCK_K % 32 == 0)
     tl.static_assert(SPLIT_K == 1 or not (HAS_BIAS or HAS_RESIDUAL))
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k, b_lo, b_full, has_tail = _split_blocks(K, BLOCK_K, SPLIT_K)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -559,7 +552,7 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
     part_ptr *fp32 [SPLIT_K, M, N] contiguous;  bias_ptr *bf16 [N];  res_ptr *bf16 [M, N] row stride stride_rm
     out_ptr  *bf16 [M, N], row stride stride_om;  M, N i32.
     """
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     m = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
@@ -578,7 +571,7 @@ def sk_reduce_kernel(part_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, DP,
     columns program_id(1) * ROWS .. + ROWS of its BLOCK_N: the sum of the raw parts the programs left in part_ptr
     [G, 2, BLOCK_N, BLOCK_M] fp32 (gluon_gemm.sk_store), in program order, times 2^8 weight_scale_2 (+ bias) (+ residual), stored as bf16.
     A tile that one program covered whole was stored by it: nothing to do. Grid (tiles - DP, BLOCK_N / ROWS, 1)."""
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     n_m = tl.cdiv(M, BLOCK_M)
     NP = K // (2 * BLOCK_K)
     T = (tl.cdiv(N, BLOCK_N) * n_m - DP) * NP

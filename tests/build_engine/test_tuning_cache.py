@@ -104,9 +104,9 @@ def test_entries_of_another_gpu_or_triton_are_not_used(no_gpu_work, tmp_path, de
 
 def test_the_key_names_the_kernel_sources():
     cache = TuningCache(None, "NVIDIA H200", "3.6.0")
-    assert kernel_digest() in cache.key("nvfp4", 256, 128, 1) and len(kernel_digest()) == 16
-    cache.put("nvfp4", 256, 128, 1, {"BLOCK_N": 64})  # no path: nothing is written
-    assert cache.get("nvfp4", 256, 128, 1) == {"BLOCK_N": 64}
+    assert kernel_digest() in cache.key("nvfp4", 1, 256, 128) and len(kernel_digest()) == 16
+    cache.put("nvfp4", 1, 256, 128, {"BLOCK_N": 64})  # no path: nothing is written
+    assert cache.get("nvfp4", 1, 256, 128) == {"BLOCK_N": 64}
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"format": "other", "version": 1, "entries": {}}',

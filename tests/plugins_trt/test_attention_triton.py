@@ -23,7 +23,7 @@ import pytest
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
 from triton_interpreter import (fix_interpreter_index, fixed_interpreter, rel, report,  # noqa: E402
-                                run_in_fresh_process)
+                                run_in_fresh_process, skip_unless_interpreted)
 
 NO_GPU = not torch.cuda.is_available()
 if NO_GPU and "triton" not in sys.modules:
@@ -54,9 +54,7 @@ INTERPRET = type(_triton_decode.paged_decode_kernel).__name__ == "InterpretedFun
 
 @pytest.fixture(autouse=True)
 def _interpreter_or_fresh_process(request):
-    name = request.node.name
-    if NO_GPU and not INTERPRET and "fresh_process" not in name and "sm90" not in name:
-        pytest.skip("triton was imported for compilation first; test_cpu_tests_in_fresh_process runs this")
+    skip_unless_interpreted(request, INTERPRET, compiles=("sm90",))
 
 
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")

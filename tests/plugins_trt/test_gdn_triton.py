@@ -19,7 +19,8 @@ import sys
 import pytest
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
-from triton_interpreter import fix_interpreter_index, rel, report, run_in_fresh_process  # noqa: E402
+from triton_interpreter import (fix_interpreter_index, rel, report, run_in_fresh_process,  # noqa: E402
+                                skip_unless_interpreted)
 
 NO_GPU = not torch.cuda.is_available()
 if NO_GPU and "triton" not in sys.modules:
@@ -54,9 +55,7 @@ INTERPRET = type(_triton_conv.conv_varlen_kernel).__name__ == "InterpretedFuncti
 
 @pytest.fixture(autouse=True)
 def _interpreter_or_fresh_process(request):
-    name = request.node.name
-    if NO_GPU and not INTERPRET and "fresh_process" not in name and "ahead_of_time" not in name:
-        pytest.skip("triton was imported for compilation first; test_cpu_tests_in_fresh_process runs this")
+    skip_unless_interpreted(request, INTERPRET, compiles=("ahead_of_time",))
 
 
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")

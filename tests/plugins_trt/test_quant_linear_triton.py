@@ -35,7 +35,7 @@ from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
 from atlas.plugins_trt.quant_linear.reference import pack_e2m1, quant_linear
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from triton_interpreter import fixed_interpreter, restore_env, run_in_fresh_process  # noqa: E402
+from triton_interpreter import check_patches, fixed_interpreter, restore_env, run_in_fresh_process  # noqa: E402
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -516,35 +516,8 @@ def test_quantize_rows_fp8_interpreter_is_exact():
 
 @cpu_only
 def test_interpreter_patches():
-    """Each patched interpreter operation now agrees with torch (see the module docstring)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def probe(x_ptr, a_ptr, b_ptr, bf_ptr, q_ptr, c_ptr, n_ptr, K, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offs)
-        tl.store(bf_ptr + offs, x.to(tl.bfloat16))
-        tl.store(q_ptr + offs, x.to(tl.float8e4nv))
-        r = tl.arange(0, 16)
-        a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
-        b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
-        tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, b))
-        count = 0
-        for _ in range(tl.program_id(0), K):
-            count += 1
-        tl.store(n_ptr, count)
-
-    g = torch.Generator().manual_seed(3)
-    x = torch.cat([torch.tensor([127.6, -31.9, 7.9, 1.0 + 3 * 2.0 ** -9]), torch.randn(60, generator=g) * 50])
-    a, b = (torch.randn(16, 16, generator=g).bfloat16() for _ in range(2))
-    bf, q = torch.empty(64, dtype=torch.bfloat16), torch.empty(64, dtype=torch.float8_e4m3fn)
-    c, n = torch.empty(16, 16), torch.zeros(1, dtype=torch.int32)
-    probe[(1,)](x, a, b, bf, q, c, n, 5, BLOCK=64)
-    assert torch.equal(bf, x.bfloat16())
-    assert torch.equal(q.view(torch.uint8), x.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8))
-    assert rel(c, a.float() @ b.float()) < 1e-6
-    assert int(n) == 5
+    """Each patched interpreter operation now agrees with torch (triton_interpreter.check_patches)."""
+    check_patches()
 
 
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")

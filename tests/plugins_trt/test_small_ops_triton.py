@@ -37,7 +37,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from triton_interpreter import fixed_interpreter, rel, report, restore_env, run_in_fresh_process  # noqa: E402
+from triton_interpreter import (check_patches, fixed_interpreter, rel, report, restore_env,  # noqa: E402
+                                run_in_fresh_process)
 
 from atlas.plugins_trt.activation.reference import silu_mul
 from atlas.plugins_trt.embedding.reference import embedding
@@ -434,28 +435,8 @@ def test_sample_is_a_function_of_seed_and_offset():
 
 @pytest.mark.skipif(not INTERPRET, reason="checks the interpreter patches (no GPU, interpreter on)")
 def test_interpreter_patches():
-    """Each patched interpreter operation now agrees with torch (see the module docstring)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def probe(x_ptr, bf_ptr, q_ptr, n_ptr, K, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offs)
-        tl.store(bf_ptr + offs, x.to(tl.bfloat16))
-        tl.store(q_ptr + offs, x.to(tl.float8e4nv))
-        count = 0
-        for _ in range(tl.program_id(0), K):
-            count += 1
-        tl.store(n_ptr, count)
-
-    g = torch.Generator().manual_seed(3)
-    x = torch.cat([torch.tensor([127.6, -31.9, 7.9, 1.0 + 3 * 2.0 ** -9]), torch.randn(60, generator=g) * 50])
-    bf, q, n = torch.empty(64, dtype=torch.bfloat16), torch.empty(64, dtype=FP8), torch.zeros(1, dtype=torch.int32)
-    probe[(1,)](x, bf, q, n, 5, BLOCK=64)
-    assert torch.equal(bf, x.bfloat16())
-    assert torch.equal(q.view(torch.uint8), x.clamp(-448, 448).to(FP8).view(torch.uint8))
-    assert int(n) == 5
+    """Each patched interpreter operation now agrees with torch (triton_interpreter.check_patches)."""
+    check_patches()
 
 
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")

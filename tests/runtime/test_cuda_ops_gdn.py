@@ -27,7 +27,7 @@ import sys
 import pytest
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, also in subprocesses
-from triton_interpreter import fix_interpreter_index, rel, run_in_fresh_process  # noqa: E402
+from triton_interpreter import fix_interpreter_index, rel, run_in_fresh_process, skip_unless_interpreted  # noqa: E402
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -54,8 +54,7 @@ INTERPRET = type(triton_recurrent.gdn_recurrent_kernel).__name__ == "Interpreted
 
 @pytest.fixture(autouse=True)
 def _interpreter_or_fresh_process(request):
-    if NO_GPU and not INTERPRET and "fresh_process" not in request.node.name:
-        pytest.skip("no GPU and triton not interpreted here: test_cpu_tests_in_fresh_process runs this")
+    skip_unless_interpreted(request, INTERPRET)
 
 
 @pytest.mark.skipif(not NO_GPU or INTERPRET, reason="the interpreter tests run in this process")

@@ -47,7 +47,7 @@ def decode_table(result: dict) -> str:
         hf = result["hf"].get(r["preset"])
         for c in r["cases"]:
             peer = hf if hf is not None and c["batch"] == hf["batch"] else None
-            rows.append(f"| {r['preset']} {r['dtype']} | {c['batch']} | {c['tokens_per_s']:.1f} | "
+            rows.append(f"| {r['case'].replace(':', ' ')} | {c['batch']} | {c['tokens_per_s']:.1f} | "
                         f"{c['tpot_s'] * 1e3:.2f} | {c['ttft_s'] * 1e3:.0f} | {c['floor_fraction']:.1%} | "
                         + (f"{peer['tokens_per_s']:.1f} | {c['tokens_per_s'] / peer['tokens_per_s']:.1f}x |"
                            if peer else "| |"))
@@ -63,7 +63,7 @@ def decode_plot(result: dict, path: str) -> None:
 
     b1 = [(r, next(c for c in r["cases"] if c["batch"] == 1)) for r in result["atlas"]
           if any(c["batch"] == 1 for c in r["cases"])]
-    labels = [f"{r['preset']}\n{r['dtype']}" for r, _ in b1]
+    labels = [r["case"].replace(":", "\n") for r, _ in b1]
     xs = range(len(b1))
     fig, ax = plt.subplots(figsize=(1.6 * len(b1) + 2, 4))
     bars = ax.bar([x - 0.2 for x in xs], [c["tokens_per_s"] for _, c in b1], 0.4, label="Atlas")
@@ -83,13 +83,17 @@ def decode_plot(result: dict, path: str) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[0] if argv else "gemm"
+    tables = {"gemm": gemm_table, "gdn": gdn_table, "decode": decode_table}
+    if kind not in (*tables, "decode-plot"):
+        print(f"unknown table {kind!r}: one of {', '.join((*tables, 'decode-plot'))}", file=sys.stderr)
+        return 2
     path = argv[1] if len(argv) > 1 else f"tools/results/{kind.removesuffix('-plot')}.json"
     with open(path) as f:
         result = json.load(f)
     if kind == "decode-plot":
         decode_plot(result, argv[2] if len(argv) > 2 else "tools/results/decode.png")
         return 0
-    print({"gemm": gemm_table, "gdn": gdn_table, "decode": decode_table}[kind](result))
+    print(tables[kind](result))
     if result.get("summary"):
         print("\nsummary:", json.dumps({k: v for k, v in result["summary"].items() if not isinstance(v, dict)}))
     return 0
