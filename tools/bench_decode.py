@@ -4,7 +4,8 @@ on the same weights, in the same run (issue 6's figures; writes tools/results/de
     python -m atlas.tools.bench_decode --out $OUT/decode.json [--cases llama-3.1-8b:bfloat16,...] [--work /tmp/atlas]
         [--part atlas|hf|both] [--merge tools/results/decode.json]   # one device call a case or two, merged
 
-For each case: build the engine from `synthetic:<preset>` (tensors generated on demand, no checkpoint on disk),
+For each case: build the engine from `synthetic:<preset>/cuda` (tensors drawn on the GPU on demand, no checkpoint
+on disk),
 run `atlas-run bench`'s measurement (runtime/bench.py: batch sizes, 512-token prompts, 256 generated tokens,
 median of repeats, against the copy bandwidth measured in the run), delete the engine; then, once per preset, the
 peer: transformers' model in bfloat16 with the same tensors (SyntheticCheckpoint of the same seed; the hybrid's
@@ -52,7 +53,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     preset, dtype = case.split(":")
     out = work / case.replace(":", "-")
     t0 = time.perf_counter()
-    build(BuildConfig(f"synthetic:{preset}", out, dtype=dtype, device="cuda", onnx=False, overwrite=True,
+    build(BuildConfig(f"synthetic:{preset}/cuda", out, dtype=dtype, device="cuda", onnx=False, overwrite=True,
                       max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes), tuning_cache=tuning_cache,
                       pdl=pdl, progress=False))
     build_s = time.perf_counter() - t0
@@ -77,7 +78,8 @@ def hf_model(preset: str, device: str = "cuda"):
 
     from atlas.tools.synthetic import SyntheticCheckpoint
 
-    ckpt = SyntheticCheckpoint(preset)
+    # drawn where the engine's were (bench: the GPU; the CPU test: the CPU)
+    ckpt = SyntheticCheckpoint(f"{preset}/{torch.device(device).type}", device=device)
     # the text model alone (a vision-language preset's tower is not what either side runs)
     config = AutoConfig.for_model(**ckpt.config).get_text_config()
     with torch.device(device):
@@ -197,6 +199,8 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
                                                     pdl))
             click.echo(f"{result['atlas'][-1]['case']}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
                                                f" of floor)" for c in result["atlas"][-1]["cases"]))
+            result["summary"] = summarize(result["atlas"], result["hf"])
+            out_path.write_text(json.dumps(result, indent=2) + "\n")  # kept if the peer runs out of time
         preset = name.split(":")[0]
         if part in ("both", "hf") and preset not in result["hf"]:
             result["hf"][preset] = hf_case(preset, prompt_len, gen_len, repeats)

@@ -12,7 +12,10 @@ or from the shell: `python -m atlas.tools.synthetic qwen3.5-27b -o /data/q35 --d
 
 Values are drawn by torch.Generator on the generating device; CPU and CUDA generators give different
 streams, so a checkpoint written with device="cuda" equals SyntheticCheckpoint(..., device="cuda"),
-not the CPU one. The device is recorded in the safetensors metadata.
+not the CPU one. The device is recorded in the safetensors metadata. A spec may name the drawing device
+itself: `synthetic:llama-3.1-8b@0/cuda` draws on the GPU (seconds for 8B, where the CPU takes minutes)
+and hands the tensors over on the checkpoint's `device` (the CPU for atlas-build), so a build and a
+transformers peer opened with the same spec hold the same values.
 
 Value scales keep activations O(1) in bfloat16: linear weights N(0, 1/fan_in), embeddings N(0, 0.02),
 x*w RMSNorm weights ones, (1+w) RMSNorm weights N(0, 0.05), conv1d N(0, 1/K), A_log = log U(1, 16),
@@ -217,8 +220,8 @@ def make_tensor(name: str, shape: tuple[int, ...], kind: str, seed: int, dtype: 
 
 
 def parse_spec(spec: str) -> tuple[str, int]:
-    """'tiny-llama@3' -> ('tiny-llama', 3); 'tiny-llama' -> ('tiny-llama', 0)."""
-    name, _, seed = spec.partition("@")
+    """'tiny-llama@3' -> ('tiny-llama', 3); 'tiny-llama' -> ('tiny-llama', 0) (a '/device' suffix aside)."""
+    name, _, seed = spec.partition("/")[0].partition("@")
     if name not in PRESETS:
         raise CheckpointError(f"unknown synthetic preset '{name}'. Presets: {', '.join(PRESETS)}.")
     try:
@@ -227,14 +230,29 @@ def parse_spec(spec: str) -> tuple[str, int]:
         raise CheckpointError(f"bad seed in synthetic spec '{spec}': write <preset>@<integer>.") from None
 
 
+def parse_draw_device(spec: str) -> torch.device | None:
+    """'llama-3.1-8b@0/cuda' -> cuda; no suffix -> None (draw where the tensors are returned)."""
+    _, slash, device = spec.partition("/")
+    if not slash:
+        return None
+    if device not in ("cpu", "cuda"):
+        raise CheckpointError(f"bad drawing device in synthetic spec '{spec}': write <preset>[@seed]/cpu or /cuda.")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError(f"synthetic spec '{spec}' draws on CUDA, which this machine lacks; drop '/cuda'.")
+    return torch.device(device)
+
+
 class SyntheticCheckpoint(Checkpoint):
-    """A preset's config with tensors generated on demand on `device` (returned there)."""
+    """A preset's config with tensors generated on demand, returned on `device`; drawn there too unless the
+    spec names the drawing device (`<preset>[@seed]/cuda`)."""
 
     def __init__(self, spec: str, device: str | torch.device = "cpu"):
         self.preset, self.seed = parse_spec(spec)
         self.device = torch.device(device)
+        self.draw_device = parse_draw_device(spec) or self.device
         self.config = copy.deepcopy(PRESETS[self.preset])
-        self.source = f"synthetic:{self.preset}" + (f"@{self.seed}" if self.seed else "")
+        drawn = f"/{self.draw_device.type}" if "/" in spec else ""
+        self.source = f"synthetic:{self.preset}" + (f"@{self.seed}" if self.seed else "") + drawn
         self.dtype = config_dtype(self.config)
         self.specs = tensor_specs(self.config)
 
@@ -245,7 +263,7 @@ class SyntheticCheckpoint(Checkpoint):
         if name not in self.specs:
             raise self.missing(name)
         shape, kind = self.specs[name]
-        return make_tensor(name, shape, kind, self.seed, self.dtype, self.device)
+        return make_tensor(name, shape, kind, self.seed, self.dtype, self.draw_device).to(self.device)
 
     def generation_config(self) -> dict:
         if self.preset in GENERATION:

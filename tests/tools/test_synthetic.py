@@ -132,3 +132,25 @@ def test_unknown_names_raise():
         write_checkpoint("no-such-model", "/nonexistent")
     with pytest.raises(CheckpointError, match="missing"):
         SyntheticCheckpoint("tiny-llama").get("model.layers.99.mlp.up_proj.weight")
+
+
+def test_draw_device_suffix():
+    """'/cpu' draws as the plain spec does and is kept in the source; '/cuda' without a GPU is a clear error."""
+    plain, drawn = SyntheticCheckpoint("tiny-llama@2"), SyntheticCheckpoint("tiny-llama@2/cpu")
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(plain.get(name), drawn.get(name))
+    assert drawn.source == "synthetic:tiny-llama@2/cpu" and plain.source == "synthetic:tiny-llama@2"
+    with pytest.raises(CheckpointError, match="drawing device"):
+        SyntheticCheckpoint("tiny-llama/tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(CheckpointError, match="lacks"):
+            SyntheticCheckpoint("tiny-llama/cuda")
+
+
+@pytest.mark.gpu
+def test_cuda_drawn_values_reach_the_cpu():
+    """'/cuda' draws on the GPU and returns on the checkpoint's device: the same values either way."""
+    name = "model.layers.0.mlp.up_proj.weight"
+    on_cpu = SyntheticCheckpoint("tiny-llama/cuda").get(name)
+    on_gpu = SyntheticCheckpoint("tiny-llama/cuda", device="cuda").get(name)
+    assert on_cpu.device.type == "cpu" and torch.equal(on_cpu, on_gpu.cpu())
