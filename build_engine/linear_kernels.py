@@ -245,32 +245,53 @@ def _precompile_one(job: tuple) -> bool:
         return False
 
 
-def precompile_candidates(jobs: list[tuple[str, int, int, int, list[dict]]], workers: int | None = None) -> int:
-    """Compile every candidate of the (fmt, bucket, n, k, candidates) jobs in parallel processes before they are
-    timed one by one (Triton compiles a kernel on its first launch, about a second each; a quantized 8B model has
-    some 800 candidates). Returns how many ran; a failure here only means the timing compiles it instead."""
-    import concurrent.futures
-    import multiprocessing
-    import os
+class Precompiler:
+    """Compiles candidates in spawned processes before they are timed one by one (Triton compiles a kernel on its
+    first launch, about a second each; a quantized 8B model has some 900 candidates). The pool lives as long as the
+    `with` block, so a build hands it one weight shape at a time and times that shape while nothing else runs on the
+    GPU. A broken pool only means the timing compiles what is left itself."""
 
-    tasks = [(fmt, b, n, k, cands, i) for fmt, b, n, k, cands in jobs for i in range(len(cands))]
-    workers = workers or min(16, os.cpu_count() or 1, len(tasks))
-    if workers < 2 or not tasks:
-        return 0
-    # tasks of one shape and bucket go to one worker in a row (its inputs are made once)
-    ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
-    t0 = time.perf_counter()
-    try:
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            ran = sum(pool.map(_precompile_one, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
+    def __init__(self, workers: int | None = None):
+        import os
+
+        self.workers = workers or min(16, os.cpu_count() or 1)
+        self.pool = None
+
+    def __enter__(self) -> Precompiler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+
+    def __call__(self, jobs: list[tuple[str, int, int, int, list[dict]]]) -> int:
+        """Compile every candidate of the (fmt, bucket, n, k, candidates) jobs; returns how many ran."""
+        import concurrent.futures
+        import multiprocessing
+
+        tasks = [(fmt, b, n, k, cands, i) for fmt, b, n, k, cands in jobs for i in range(len(cands))]
+        if self.workers < 2 or not tasks or self.pool is False:
+            return 0
+        t0 = time.perf_counter()
+        try:
+            if self.pool is None:  # spawn: CUDA cannot be used in a forked child
+                self.pool = concurrent.futures.ProcessPoolExecutor(
+                    self.workers, mp_context=multiprocessing.get_context("spawn"))
+            # tasks of one shape and bucket go to one worker in a row (its inputs are made once)
+            ran = sum(self.pool.map(_precompile_one, tasks, chunksize=max(1, len(tasks) // (4 * self.workers))))
+        except Exception as e:  # noqa: BLE001 (a broken pool: the timing compiles everything itself)
+            import warnings
+
+            warnings.warn(f"parallel precompile failed ({type(e).__name__}: {e}); compiling while timing instead",
+                          stacklevel=2)
+            if self.pool:
+                self.pool.shutdown(cancel_futures=True)
+            self.pool = False
+            return 0
         log.info("precompiled %d of %d candidates in %.0f s on %d processes", ran, len(tasks),
-                 time.perf_counter() - t0, workers)
+                 time.perf_counter() - t0, self.workers)
         return ran
-    except Exception as e:  # noqa: BLE001 (a broken pool: the timing compiles everything itself)
-        import warnings
-        warnings.warn(f"parallel precompile failed ({type(e).__name__}: {e}); compiling while timing instead",
-                      stacklevel=2)
-        return 0
 
 
 def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], kernels_dir, tune: bool,
@@ -317,17 +338,24 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
              for bucket in GEMV_BUCKETS + GEMM_BUCKETS]
     cached = {c: cache.get(*c) for c in cases} if (tune and cache is not None) else {}
     todo = {c: candidates(*c) for c in cases if cached.get(c) is None}  # what is timed (or, untuned, taken first)
-    if tune:  # compiled first, in parallel
-        precompile_candidates([(*c, cands) for c, cands in todo.items()])
+    chosen = {c: cfg for c, cfg in cached.items() if cfg is not None}
     t0 = time.perf_counter()
+    if tune and todo:
+        with Precompiler() as precompile:
+            for shape in dict.fromkeys((fmt, n, k) for fmt, _, n, k in todo):  # one weight shape at a time
+                group = [c for c in todo if (c[0], c[2], c[3]) == shape]
+                precompile([(*c, todo[c]) for c in group])
+                for c in group:  # timed and written to the cache as it goes: a stopped build keeps them
+                    chosen[c] = _tune(*c, todo[c])
+                    if cache is not None:
+                        cache.put(*c, chosen[c])
+                log.info("%s %dx%d: %d buckets chosen, %.0f s into the search", *shape, len(group),
+                         time.perf_counter() - t0)
+    else:
+        chosen.update({c: cands[0] for c, cands in todo.items()})
     for fmt, bucket, n, k in cases:
         entry = plan.setdefault(shape_key(fmt, n, k), {})
-        cfg = cached.get((fmt, bucket, n, k))
-        if cfg is None:
-            cands = todo[(fmt, bucket, n, k)]
-            cfg = _tune(fmt, bucket, n, k, cands) if tune else cands[0]
-            if tune and cache is not None:
-                cache.put(fmt, bucket, n, k, cfg)
+        cfg = chosen[(fmt, bucket, n, k)]
         tag = "_".join(f"{v}" for v in cfg.values())
         item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None, "perm": None}
         if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)

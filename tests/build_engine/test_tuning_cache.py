@@ -37,11 +37,14 @@ def no_gpu_work(monkeypatch):
     monkeypatch.setattr(linear_kernels, "_tune", fake_tune)
     precompiled = []
 
-    def fake_precompile(jobs):  # every job: (fmt, bucket, n, k, its candidates)
-        assert all(cands for *_, cands in jobs)
-        precompiled.extend((fmt, n, k, bucket) for fmt, bucket, n, k, _ in jobs)
+    class FakePrecompiler(linear_kernels.Precompiler):
+        def __call__(self, jobs):  # every job: (fmt, bucket, n, k, its candidates), all of one weight shape
+            assert all(cands for *_, cands in jobs) and len({(fmt, n, k) for fmt, _, n, k, _ in jobs}) == 1
+            # a shape is compiled before any of its buckets is timed
+            assert not {(fmt, n, k, bucket) for fmt, bucket, n, k, _ in jobs} & set(timed)
+            precompiled.extend((fmt, n, k, bucket) for fmt, bucket, n, k, _ in jobs)
 
-    monkeypatch.setattr(linear_kernels, "precompile_candidates", fake_precompile)
+    monkeypatch.setattr(linear_kernels, "Precompiler", FakePrecompiler)
     timed.precompiled = precompiled
     monkeypatch.setattr(linear_kernels, "compile_kernel", lambda spec: spec)
     monkeypatch.setattr(linear_kernels.torch.cuda, "get_device_properties",
@@ -116,3 +119,25 @@ def test_an_unreadable_cache_is_a_build_error_that_says_what_to_do(tmp_path, tex
     path.write_text(text)
     with pytest.raises(BuildError, match="delete it or pass another path"):
         TuningCache(path, "NVIDIA H200", "3.6.0")
+
+
+def test_a_stopped_search_keeps_what_it_timed(no_gpu_work, tmp_path, monkeypatch):
+    """The search times one weight shape after another and writes each choice at once: a build stopped in the
+    second shape (a device call's time limit) leaves the first shape's choices for the next build."""
+    def stopped(fmt, bucket, n, k, candidates):
+        if fmt == "nvfp4":
+            raise KeyboardInterrupt
+        no_gpu_work.append((fmt, n, k, bucket))
+        return candidates[-1]
+
+    monkeypatch.setattr(linear_kernels, "_tune", stopped)
+    path = tmp_path / "cache.json"
+    with pytest.raises(KeyboardInterrupt):
+        plan(TuningCache(path, "NVIDIA H200", "3.6.0"))
+    kept = json.loads(path.read_text())["entries"]
+    assert len(kept) == len(BUCKETS) and all("|fp8:128x256|" in key for key in kept)
+    no_gpu_work.clear()
+    monkeypatch.setattr(linear_kernels, "_tune", lambda fmt, bucket, n, k, c: no_gpu_work.append(bucket) or c[-1])
+    cache = TuningCache(path, "NVIDIA H200", "3.6.0")
+    plan(cache)
+    assert cache.hits == len(BUCKETS) and cache.misses == len(BUCKETS) == len(no_gpu_work)
