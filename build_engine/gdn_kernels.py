@@ -43,7 +43,7 @@ The plan the runtime reads (manifest["gdn_kernels"]):
 
 from __future__ import annotations
 
-from atlas.build_engine.kernels import compile_kernel
+from atlas.build_engine.kernels import compile_kernels
 from atlas.runtime.kernels import parse_grid_formula
 from atlas.runtime.config import GDN, ModelConfig
 
@@ -165,7 +165,7 @@ def gdn_kernel_list(config: ModelConfig, arch: int = 90) -> tuple[list, dict]:
     if not has_gdn(config):
         return [], {}
     specs, plan = gdn_kernel_specs(config)
-    return [compile_kernel(s, arch) for s in specs], plan
+    return compile_kernels(specs, arch), plan
 
 
 def compile_gdn_kernels(config: ModelConfig, kernels_dir=None, arch: int = 90) -> tuple[list, dict]:

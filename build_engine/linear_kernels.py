@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from atlas.build_engine.kernels import compile_kernel, write_kernels
+from atlas.build_engine.kernels import compile_kernels, write_kernels
 from atlas.plugins_trt.quant_linear.layout import can_tile
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS
@@ -312,14 +312,14 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
-    compiled, plan, seen = [], {}, set()
+    specs, plan, seen = [], {}, set()  # compiled together at the end (threads)
     # the stream-K GEMV's grid is a few programs an SM of the chip it is tuned on
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count if tune else SM_COUNT
 
     def add(sig, name, grid):
         if name not in seen:
             seen.add(name)
-            compiled.append(compile_kernel(sig.kernel_spec(name, grid)))
+            specs.append(sig.kernel_spec(name, grid))
         return name
 
     def candidates(fmt, bucket, n, k):
@@ -411,4 +411,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     if tune:
         log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases), len(todo),
                  time.perf_counter() - t0)
+    t1 = time.perf_counter()
+    compiled = compile_kernels(specs)
+    log.info("compiled %d linear kernels in %.0f s", len(compiled), time.perf_counter() - t1)
     return compiled, plan

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from atlas.build_engine.errors import BuildError
-from atlas.build_engine.kernels import CompiledKernel, KernelSpec, compile_kernel
+from atlas.build_engine.kernels import CompiledKernel, KernelSpec, compile_kernels
 from atlas.plugins_trt.launch import instance_key, pointer_type, pointer_types
 
 _INT_RANGES = {"i32": (-2 ** 31, 2 ** 31 - 1), "i64": (-2 ** 63, 2 ** 63 - 1)}
@@ -245,11 +245,8 @@ def compile_recorded(recorder: KernelRecorder, arch: int = 90) -> tuple[list[Com
     Returns (compiled kernels, to pass to write_kernels together with the engine's other kernels so that they
     share one table; instances: instance_key -> kernel name in that table, for the manifest and AotKernels).
     """
-    compiled, instances = [], {}
-    for key, spec in recorder.kernel_specs():
-        compiled.append(compile_kernel(spec, arch))
-        instances[key] = spec.name
-    return compiled, instances
+    specs = recorder.kernel_specs()
+    return compile_kernels([spec for _, spec in specs], arch), {key: spec.name for key, spec in specs}
 
 
 __all__ = ["KernelRecordError", "KernelRecorder", "RecordedInstance", "compile_recorded", "kernel_parameters",

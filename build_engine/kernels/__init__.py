@@ -6,7 +6,10 @@ from atlas.build_engine.kernels.aot import (
     KernelSpec,
     autotune,
     compile_kernel,
+    compile_kernels,
     write_kernels,
 )
 
-__all__ = ["CompiledKernel", "KernelCompileError", "KernelSpec", "autotune", "compile_kernel", "write_kernels"]
+__all__ = [
+    "CompiledKernel", "KernelCompileError", "KernelSpec", "autotune", "compile_kernel", "compile_kernels", "write_kernels",
+]

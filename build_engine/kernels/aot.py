@@ -145,6 +145,19 @@ def compile_kernel(spec: KernelSpec, arch: int = 90) -> CompiledKernel:
     return CompiledKernel(spec, arch, compiled.asm["cubin"], md)
 
 
+def compile_kernels(specs: list[KernelSpec], arch: int = 90, workers: int | None = None) -> list[CompiledKernel]:
+    """compile_kernel over `specs` in threads, in their order (Triton releases the GIL while it lowers and runs
+    ptxas, and compiles in threads itself under triton.AsyncCompileMode); the first failure is raised."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = workers or min(16, os.cpu_count() or 1)
+    if workers < 2 or len(specs) < 2:
+        return [compile_kernel(s, arch) for s in specs]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda s: compile_kernel(s, arch), specs))
+
+
 def write_kernels(compiled: list[CompiledKernel], out_dir: Path) -> dict:
     """Write `out_dir/sm_<arch>/<name>.cubin` for each kernel; return the manifest's kernel table."""
     archs = {c.arch for c in compiled}

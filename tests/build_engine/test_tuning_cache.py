@@ -46,7 +46,7 @@ def no_gpu_work(monkeypatch):
 
     monkeypatch.setattr(linear_kernels, "Precompiler", FakePrecompiler)
     timed.precompiled = precompiled
-    monkeypatch.setattr(linear_kernels, "compile_kernel", lambda spec: spec)
+    monkeypatch.setattr(linear_kernels, "compile_kernels", lambda specs: specs)
     monkeypatch.setattr(linear_kernels.torch.cuda, "get_device_properties",
                         lambda i: types.SimpleNamespace(multi_processor_count=132))
     return timed
