@@ -56,34 +56,45 @@ def state_bytes(config: ModelConfig, batch: int, context: int, kv_element_size: 
     return batch * (kv + state)
 
 
-def run_case(runner, batch: int, prompt_len: int, gen_len: int, bandwidth: float, seed: int = 0) -> BenchCase:
-    """One measurement: prefill B prompts, then gen_len greedy decode steps; the pool is freed afterwards."""
-    c = runner.c
+def _prefill(runner, batch: int, prompt_len: int, gen_len: int, seed: int) -> tuple[list[int], list[int]]:
+    """B random prompts prefilled in chunks: (sequence ids, first tokens)."""
     if prompt_len + gen_len > runner.options.max_seq_len:
         raise ValueError(f"prompt_len + gen_len = {prompt_len + gen_len} exceeds the engine's max_seq_len "
                          f"{runner.options.max_seq_len}")
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(0, c.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(batch)]
+    prompts = [torch.randint(0, runner.c.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(batch)]
     ids = list(range(batch))
     chunk = runner.options.prefill_chunk
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
     tokens = []
     for s, p in zip(ids, prompts):
         for i in range(0, prompt_len, chunk):
             first = runner.step(StepBatch((s,), (tuple(p[i:i + chunk]),)))
         tokens.append(first[0])
-    torch.cuda.synchronize()
-    ttft = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # pipelined as a server runs it: step n + 1 is laid out and enqueued while the GPU runs step n, whose
-    # tokens the host reads a step late (ModelRunner.decode)
-    pending = runner.decode(tuple(ids), tuple(tokens))
-    for _ in range(gen_len - 1):
+    return ids, tokens
+
+
+def _decode(runner, ids: list[int], tokens: list[int] | None, steps: int) -> None:
+    """`steps` greedy decode steps, pipelined as a server runs them: step n + 1 is laid out and enqueued while the
+    GPU runs step n, whose tokens the host reads a step late (ModelRunner.decode). tokens None: continue the last
+    decode of the same sequences."""
+    pending = runner.decode(tuple(ids), None if tokens is None else tuple(tokens))
+    for _ in range(steps - 1):
         following = runner.decode(tuple(ids))
         pending.result()
         pending = following
     pending.result()
+
+
+def run_case(runner, batch: int, prompt_len: int, gen_len: int, bandwidth: float, seed: int = 0) -> BenchCase:
+    """One measurement: prefill B prompts, then gen_len greedy decode steps; the pool is freed afterwards."""
+    c = runner.c
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    ids, tokens = _prefill(runner, batch, prompt_len, gen_len, seed)
+    torch.cuda.synchronize()
+    ttft = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _decode(runner, ids, tokens, gen_len)
     torch.cuda.synchronize()
     tpot = (time.perf_counter() - t0) / gen_len
     for s in ids:
@@ -93,6 +104,59 @@ def run_case(runner, batch: int, prompt_len: int, gen_len: int, bandwidth: float
                                                                          kv_size)
     floor = nbytes / bandwidth
     return BenchCase(batch, prompt_len, gen_len, ttft, tpot, batch / tpot, nbytes, floor, floor / tpot)
+
+
+def kernel_table(kernels: list[tuple[str, float]], steps: int, wall_s: float) -> dict:
+    """Per-step figures from (name, microseconds) of every GPU activity over `steps` decode steps that took wall_s:
+    each name's launches and microseconds a step (largest first), their sum, the step's wall time, and the GPU's
+    idle share (the gaps between kernels that neither the graph nor programmatic dependent launch hid)."""
+    by_name: dict[str, list[float]] = {}
+    for name, us in kernels:
+        # C++ signatures (cuBLAS) and copies ("Memcpy HtoD (Pinned -> Device)") cut at "("
+        short = name.split("(")[0].removeprefix("void ").strip()[:90]
+        by_name.setdefault(short, []).append(us)
+    rows = sorted(({"name": n, "launches": len(v) / steps, "us": sum(v) / steps} for n, v in by_name.items()),
+                  key=lambda r: -r["us"])
+    busy = sum(r["us"] for r in rows)
+    step_us = wall_s / steps * 1e6
+    return {"steps": steps, "step_us": step_us, "kernel_us": busy, "idle_fraction": max(0.0, 1 - busy / step_us),
+            "kernels": rows}
+
+
+def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: int = 0) -> dict:
+    """Where a decode step's time goes: `steps` pipelined decode steps of `batch` sequences after a prompt_len
+    prefill, under torch.profiler (CUDA activities only: the kernels inside the graph replays, and the copies),
+    summed a step by kernel_table. The profiler's own cost shows in step_us, not in the kernels' times."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    ids, tokens = _prefill(runner, batch, prompt_len, steps + 2, seed)
+    try:
+        _decode(runner, ids, tokens, 2)  # warm-up: the profile sees continuing steps only
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            _decode(runner, ids, None, steps)
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+    finally:
+        for s in ids:
+            runner.free(s)
+    events = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return {"batch": batch, "prompt_len": prompt_len, **kernel_table(events, steps, wall)}
+
+
+def profile_text(p: dict, rows: int = 15) -> str:
+    """kernel_profile's table as text: the largest kernels a step, then the sum and the idle share."""
+    lines = [f"decode step at batch {p['batch']} under the profiler: {p['step_us']:.0f} us, kernels "
+             f"{p['kernel_us']:.0f} us, GPU idle {p['idle_fraction']:.1%}",
+             f"{'us/step':>9} {'launches':>8}  kernel"]
+    lines += [f"{r['us']:>9.1f} {r['launches']:>8.1f}  {r['name']}" for r in p["kernels"][:rows]]
+    if len(p["kernels"]) > rows:
+        rest = p["kernels"][rows:]
+        lines.append(f"{sum(r['us'] for r in rest):>9.1f} {sum(r['launches'] for r in rest):>8.1f}  "
+                     f"({len(rest)} more kernels)")
+    return "\n".join(lines)
 
 
 def bench(runner, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int = 3) -> dict:

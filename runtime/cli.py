@@ -135,11 +135,14 @@ Example (an engine built with --device cuda):
 @click.option("--repeats", type=int, default=3, show_default=True, help="Runs per batch size (medians reported).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--no-verify", is_flag=True, help="Skip the SHA-256 check of the engine's files at load.")
-def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_verify):
+@click.option("--profile", is_flag=True,
+              help="Also profile the smallest batch's decode step: each GPU kernel's time a step, and the idle share.")
+def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_verify, profile):
     """Decode speed of a GPU engine: TTFT, TPOT, tokens/s and the fraction of the memory-bandwidth floor."""
     import json
 
     from atlas.runtime.bench import bench as run_bench
+    from atlas.runtime.bench import kernel_profile, profile_text
     from atlas.runtime.block_manager import OutOfBlocks
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
@@ -157,6 +160,8 @@ def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_ver
                              f"{runner.options.max_batch}; rebuild with a larger --max-batch"))
         runner.capture()
         result = run_bench(runner, sizes, prompt_len, gen_len, repeats)
+        if profile:
+            result["profile"] = kernel_profile(runner, min(sizes), prompt_len)
     except OutOfBlocks as e:
         _fail(ValueError(f"{e}: the batch's sequences do not fit the KV pool; lower --batch-sizes or the lengths"))
     except (AtlasError, ValueError) as e:
@@ -169,6 +174,8 @@ def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_ver
     for c in result["cases"]:
         click.echo(f"{c['batch']:>5} {c['ttft_s'] * 1e3:>9.1f} {c['tpot_s'] * 1e3:>9.2f} {c['tokens_per_s']:>9.1f} "
                    f"{c['floor_fraction']:>7.1%}")
+    if profile:
+        click.echo(profile_text(result["profile"]))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def case_name(case: str, pdl: bool) -> str:
 def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
                tuning_cache: Path | None = None, pdl: bool = True) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
-    from atlas.runtime.bench import bench
+    from atlas.runtime.bench import bench, kernel_profile, profile_text
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
@@ -64,6 +64,8 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         runner.capture()
         click.echo(f"{case}: loaded and captured in {time.perf_counter() - t0 - build_s:.0f} s", err=True)
         result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
+        result["profile"] = kernel_profile(runner, 1, prompt_len)  # where a batch-1 step's time goes
+        click.echo(profile_text(result["profile"]), err=True)
     finally:
         shutil.rmtree(out, ignore_errors=True)
         runner = None

@@ -11,5 +11,6 @@ from atlas.build_engine.kernels.aot import (
 )
 
 __all__ = [
-    "CompiledKernel", "KernelCompileError", "KernelSpec", "autotune", "compile_kernel", "compile_kernels", "write_kernels",
+    "CompiledKernel", "KernelCompileError", "KernelSpec", "autotune", "compile_kernel", "compile_kernels",
+    "write_kernels",
 ]

@@ -6,7 +6,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from atlas.runtime.bench import state_bytes, weight_bytes
+from atlas.runtime.bench import kernel_table, profile_text, state_bytes, weight_bytes
 from atlas.runtime.cli import main as run_cli
 from atlas.runtime.config import GDN, ModelConfig
 
@@ -32,6 +32,24 @@ def test_state_bytes_count_kv_at_the_context_and_gdn_state_both_ways():
     assert state_bytes(h, batch=1, context=10, kv_element_size=2) == 1 * 2 * 10 * 2 * 2 * 2 + 2 * 4 * 2 * 4 * 4
 
 
+def test_kernel_table_sums_each_kernel_a_step():
+    """Two steps of a cuBLAS GEMV (C++ signature, cut at its arguments), a Triton norm launched twice a step and a
+    copy: per-step launches and microseconds, largest first, and the idle share of the wall time."""
+    gemv = "void cutlass::Kernel2<cutlass_80_gemv_bf16>(Params, int)"
+    copy = "Memcpy HtoD (Pinned -> Device)"
+    events = [(gemv, 12.5), ("rms_norm_kernel", 1.25), ("rms_norm_kernel", 1.75), (copy, 0.5),
+              (gemv, 13.5), ("rms_norm_kernel", 1.5), ("rms_norm_kernel", 1.5), (copy, 0.5)]
+    t = kernel_table(events, steps=2, wall_s=40e-6)
+    assert [r["name"] for r in t["kernels"]] == ["cutlass::Kernel2<cutlass_80_gemv_bf16>", "rms_norm_kernel",
+                                                 "Memcpy HtoD"]
+    assert [r["launches"] for r in t["kernels"]] == [1, 2, 1]
+    assert [r["us"] for r in t["kernels"]] == pytest.approx([13.0, 3.0, 0.5])
+    assert t["step_us"] == pytest.approx(20.0) and t["kernel_us"] == pytest.approx(16.5)
+    assert t["idle_fraction"] == pytest.approx(1 - 16.5 / 20)
+    text = profile_text({"batch": 1, **t}, rows=2)
+    assert "rms_norm_kernel" in text and "Memcpy" not in text and "(1 more kernels)" in text and "17.5%" in text
+
+
 def test_bench_refuses_a_cpu_engine(tiny_engine):
     result = CliRunner().invoke(run_cli, ["bench", str(tiny_engine("llama"))])
     assert result.exit_code != 0
@@ -47,7 +65,7 @@ def test_bench_checks_its_arguments(tiny_engine):
 @pytest.mark.gpu
 def test_bench_runs_on_a_small_engine(tmp_path):
     from atlas.build_engine.builder import BuildConfig, build
-    from atlas.runtime.bench import bench
+    from atlas.runtime.bench import bench, kernel_profile
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
@@ -61,3 +79,10 @@ def test_bench_runs_on_a_small_engine(tmp_path):
         assert c["tpot_s"] > 0 and c["ttft_s"] > 0 and 0 < c["floor_fraction"] < 1.5
         assert c["tokens_per_s"] == pytest.approx(c["batch"] / c["tpot_s"], rel=0.5)
     assert runner.blocks.num_free == runner.blocks.num_blocks  # every sequence freed
+    p = kernel_profile(runner, 1, prompt_len=40, steps=8)  # the kernels inside the graph replays are seen
+    names = " ".join(r["name"] for r in p["kernels"])
+    assert "paged_decode" in names and "rms_norm" in names and "argmax" in names
+    norm = next(r for r in p["kernels"] if "rms_norm" in r["name"])
+    assert norm["launches"] >= runner.c.num_layers  # a step's launches, not the profile's
+    assert 0 < p["kernel_us"] <= p["step_us"] and 0 <= p["idle_fraction"] < 1
+    assert runner.blocks.num_free == runner.blocks.num_blocks
