@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
 
 from atlas.build_engine.checkpoints import Checkpoint, open_checkpoint
@@ -157,7 +158,9 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
     if planned != set(shapes):
         raise BuildError(f"internal: weight plan and canonical layout disagree on {sorted(planned ^ set(shapes))[:5]}")
 
-    converter = Converter(ckpt, precision, prequantized, keep_source=prequantized is not None and cfg.dtype == "auto")
+    on_gpu = cfg.device == "cuda" and torch.cuda.is_available()  # quantized there (see quantize)
+    converter = Converter(ckpt, precision, prequantized, keep_source=prequantized is not None and cfg.dtype == "auto",
+                          device="cuda" if on_gpu else "cpu")
     files: dict[str, dict] = {}
     weight_files: list[str] = []
     used: set[str] = set()
@@ -239,8 +242,6 @@ def _compile_kernels(config: ModelConfig, formats: dict[str, str], out: Path, au
     """Every GPU kernel the engine needs, compiled for sm_90 into one table; the quantized linears' kernels
     autotuned when this machine has the GPU. options: the model runner's (RunnerOptions), which fix the step
     kernels. Returns (kernel table, linear plan, GDN plan, step kernels, target)."""
-    import torch
-
     from atlas.build_engine.gdn_kernels import compile_gdn_kernels
     from atlas.build_engine.kernels import write_kernels
     from atlas.build_engine.linear_kernels import linear_kernel_list

@@ -19,8 +19,11 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class Converter:
-    def __init__(self, ckpt: Checkpoint, plan: PrecisionPlan, prequantized: str | None, keep_source: bool = False):
+    def __init__(self, ckpt: Checkpoint, plan: PrecisionPlan, prequantized: str | None, keep_source: bool = False,
+                 device: str = "cpu"):
         self.ckpt = ckpt
+        self.device = device
+        """Where weights are quantized (quantize's device: the GPU when the build has one)."""
         self.plan = plan
         self.prequantized = prequantized
         self.keep_source = keep_source
@@ -74,7 +77,7 @@ class Converter:
         from atlas.build_engine.quantize.quantizer import quantize
 
         try:
-            qt = quantize(value.float(), fmt)
+            qt = quantize(value, fmt, self.device)
         except ValueError as e:
             raise BuildError(
                 f"cannot store '{canonical}' {shape} as {fmt}: {e}. Keep this class in another format, "

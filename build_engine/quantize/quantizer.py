@@ -11,18 +11,26 @@ from atlas.plugins_trt.quant_linear.reference import (
 E4M3_MIN_SUBNORMAL = 2.0 ** -9
 
 
-def quantize(w: torch.Tensor, fmt: str) -> QTensor:
-    """W [N, K] (any float dtype) -> QTensor in fmt; float formats are a plain cast."""
+def quantize(w: torch.Tensor, fmt: str, device: str | torch.device = "cpu") -> QTensor:
+    """W [N, K] (any float dtype) -> QTensor in fmt, on the CPU; float formats are a plain cast.
+
+    device: where the arithmetic runs. atlas-build quantizes on the GPU when it builds for one (NVFP4 runs at
+    about 10 MB/s a CPU core, which would take most of an hour for a 27B model); every step is exact or IEEE
+    round-to-nearest on both, so the codes and scales are the same bits either way (tested on the GPU)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown weight format '{fmt}'; expected one of {', '.join(FORMATS)}.")
     if w.dim() != 2:
         raise ValueError(f"quantize expects a 2-D weight [N, K], got shape {list(w.shape)}.")
     if fmt in FLOAT_DTYPES:
         return QTensor(fmt, w.to(FLOAT_DTYPES[fmt]).contiguous())
-    w = w.detach().float().cpu()
+    w = w.detach().to(device=device, dtype=torch.float32)
     if not torch.isfinite(w).all():
         raise ValueError(f"weight {list(w.shape)} holds NaN or inf; it cannot be quantized to {fmt}.")
-    return {"fp8": quantize_fp8, "fp8_block": quantize_fp8_block, "nvfp4": quantize_nvfp4}[fmt](w)
+    qt = {"fp8": quantize_fp8, "fp8_block": quantize_fp8_block, "nvfp4": quantize_nvfp4}[fmt](w)
+    if qt.weight.device.type == "cpu":
+        return qt
+    return QTensor(qt.fmt, *(t if t is None else t.cpu() for t in
+                             (qt.weight, qt.weight_scale, qt.weight_scale_2, qt.input_scale)))
 
 
 def quantize_fp8(w: torch.Tensor) -> QTensor:
@@ -40,7 +48,7 @@ def quantize_fp8_block(w: torch.Tensor) -> QTensor:
     """
     n, k = w.shape
     nb, kb = -(-n // FP8_BLOCK), -(-k // FP8_BLOCK)
-    padded = torch.zeros(nb * FP8_BLOCK, kb * FP8_BLOCK)
+    padded = torch.zeros(nb * FP8_BLOCK, kb * FP8_BLOCK, device=w.device)
     padded[:n, :k] = w
     tiles = padded.view(nb, FP8_BLOCK, kb, FP8_BLOCK)
     amax = tiles.abs().amax(dim=(1, 3))  # [nb, kb]
@@ -63,7 +71,7 @@ def quantize_nvfp4(w: torch.Tensor) -> QTensor:
             f"Keep this weight in bfloat16 or fp8."
         )
     amax = w.abs().amax()
-    g = amax / (E2M1_MAX * FP8_MAX) if amax > 0 else torch.tensor(1.0)  # a zero tensor: any g, codes are 0
+    g = amax / (E2M1_MAX * FP8_MAX) if amax > 0 else torch.tensor(1.0, device=w.device)  # zero tensor: codes 0
     blocks = w.view(n, k // NVFP4_BLOCK, NVFP4_BLOCK)
     s = blocks.abs().amax(dim=-1) / (E2M1_MAX * g)  # [N, K/16]
     s = torch.where(s == 0, torch.ones_like(s), s).clamp(E4M3_MIN_SUBNORMAL, FP8_MAX).to(FP8)

@@ -44,8 +44,8 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     x = x.float()
     mag = x.abs()
     # searchsorted (left): number of bounds strictly below |x|, so ties land on the lower code first.
-    code = torch.searchsorted(_E2M1_BOUNDS, mag.contiguous())
-    code = code + torch.isin(mag, _E2M1_TIES_UP).to(code.dtype)
+    code = torch.searchsorted(_E2M1_BOUNDS.to(x.device), mag.contiguous())
+    code = code + torch.isin(mag, _E2M1_TIES_UP.to(x.device)).to(code.dtype)
     return (code | (torch.signbit(x).to(code.dtype) << 3)).to(torch.uint8)
 
 
