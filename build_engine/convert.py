@@ -83,7 +83,7 @@ class Converter:
                 f"cannot store '{canonical}' {shape} as {fmt}: {e}. Keep this class in another format, "
                 f"e.g. --class-dtype {cls}=bfloat16."
             ) from None
-        return qt.to_tensors(canonical.removesuffix(".weight"))
+        return {name: t.cpu() for name, t in qt.to_tensors(canonical.removesuffix(".weight")).items()}
 
 
 def combine_quantized(parts: list, src: WeightSource):

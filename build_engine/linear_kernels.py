@@ -171,7 +171,7 @@ def _random_weights(fmt: str, n: int, k: int):
     from atlas.build_engine.quantize.quantizer import quantize
 
     g = torch.Generator(device="cuda").manual_seed(n * 31 + k)
-    return quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, fmt)
+    return quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, fmt, device="cuda")
 
 
 def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]):

@@ -12,11 +12,12 @@ E4M3_MIN_SUBNORMAL = 2.0 ** -9
 
 
 def quantize(w: torch.Tensor, fmt: str, device: str | torch.device = "cpu") -> QTensor:
-    """W [N, K] (any float dtype) -> QTensor in fmt, on the CPU; float formats are a plain cast.
+    """W [N, K] (any float dtype) -> QTensor in fmt on `device`, where the arithmetic runs; float formats are a
+    plain cast, left where W is.
 
-    device: where the arithmetic runs. atlas-build quantizes on the GPU when it builds for one (NVFP4 runs at
-    about 10 MB/s a CPU core, which would take most of an hour for a 27B model); every step is exact or IEEE
-    round-to-nearest on both, so the codes and scales are the same bits either way (tested on the GPU)."""
+    atlas-build quantizes on the GPU when it builds for one (NVFP4 runs at about 10 MB/s a CPU core, which would
+    take most of an hour for a 27B model); every step is exact or IEEE round-to-nearest on both, so the codes and
+    scales are the same bits either way (tested on the GPU)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown weight format '{fmt}'; expected one of {', '.join(FORMATS)}.")
     if w.dim() != 2:
@@ -26,11 +27,7 @@ def quantize(w: torch.Tensor, fmt: str, device: str | torch.device = "cpu") -> Q
     w = w.detach().to(device=device, dtype=torch.float32)
     if not torch.isfinite(w).all():
         raise ValueError(f"weight {list(w.shape)} holds NaN or inf; it cannot be quantized to {fmt}.")
-    qt = {"fp8": quantize_fp8, "fp8_block": quantize_fp8_block, "nvfp4": quantize_nvfp4}[fmt](w)
-    if qt.weight.device.type == "cpu":
-        return qt
-    return QTensor(qt.fmt, *(t if t is None else t.cpu() for t in
-                             (qt.weight, qt.weight_scale, qt.weight_scale_2, qt.input_scale)))
+    return {"fp8": quantize_fp8, "fp8_block": quantize_fp8_block, "nvfp4": quantize_nvfp4}[fmt](w)
 
 
 def quantize_fp8(w: torch.Tensor) -> QTensor:

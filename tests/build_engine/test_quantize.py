@@ -303,11 +303,13 @@ def test_quantization_config_detection():
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["nvfp4", "fp8", "fp8_block"])
 def test_gpu_quantization_is_the_cpu_s_bit_for_bit(fmt):
-    """atlas-build quantizes on the GPU when it builds for one: the same codes and scales as on the CPU, returned on
-    the CPU (random weights with a spread of magnitudes, a zero row, and K, N off the 128 tiles)."""
+    """atlas-build quantizes on the GPU when it builds for one: the same codes and scales as on the CPU (random
+    weights with a spread of magnitudes, a zero row, and K, N off the 128 tiles)."""
     g = torch.Generator().manual_seed(7)
     w = torch.randn(300, 512 + 16 * 3, generator=g) * torch.logspace(-3, 1, 300)[:, None]
     w[5] = 0
     gpu = quantize(w, fmt, "cuda")
-    assert gpu.weight.device.type == "cpu" and gpu.weight_scale.device.type == "cpu"
-    assert_same(gpu, quantize(w, fmt))
+    assert gpu.weight.device.type == "cuda" and gpu.weight_scale.device.type == "cuda"
+    assert_same(QTensor(fmt, *(t if t is None else t.cpu() for t in
+                               (gpu.weight, gpu.weight_scale, gpu.weight_scale_2, gpu.input_scale))),
+                quantize(w, fmt))

@@ -61,6 +61,45 @@ def wgmma_engine(tmp_path_factory):
         mp.undo()
 
 
+@pytest.fixture(scope="module")
+def tuned_engines(tmp_path_factory):
+    """Autotuned builds (on the GPU: the candidates compiled in the build's process pool, timed, chosen, written to
+    a tuning cache), each format's candidate lists cut to their first three to keep the test short; then a second
+    build of the same model against that cache."""
+    from atlas.build_engine import linear_kernels as LK
+    from atlas.plugins_trt.quant_linear import triton_gemm as GM
+
+    mp = pytest.MonkeyPatch()
+    for module, name in ((LK, "nvfp4_gemv_candidates"), (LK, "gemv_candidates"), (GM, "gemm_candidates")):
+        mp.setattr(module, name, lambda *a, _f=getattr(module, name), **k: _f(*a, **k)[:3])
+    root = tmp_path_factory.mktemp("tuned")
+    cache = root / "tuning_cache.json"
+    try:
+        def one(tag):
+            return build(BuildConfig("synthetic:tiny-qwen3.5-vl", root / tag, dtype="nvfp4",
+                                     class_dtypes={"mlp": "fp8"}, device="cuda", autotune=True, tuning_cache=cache,
+                                     progress=False))
+        return one("first"), one("again")
+    finally:
+        mp.undo()
+
+
+@pytest.mark.gpu
+def test_autotuned_build_chooses_caches_and_computes(tuned_engines):
+    first, again = tuned_engines
+    plan = first.manifest["linear_kernels"]
+    cases = sum(len(entry) for entry in plan.values())
+    assert {k.split(":")[0] for k in plan} == {"nvfp4", "fp8"}
+    assert all(item["tuned"] for entry in plan.values() for item in entry.values())
+    assert first.manifest["target"]["autotuned"] and first.manifest["target"]["tuning_cache"] == {
+        "hits": 0, "misses": cases}
+    assert again.manifest["target"]["tuning_cache"] == {"hits": cases, "misses": 0}
+    assert ({k: {b: i["config"] for b, i in e.items()} for k, e in again.manifest["linear_kernels"].items()}
+            == {k: {b: i["config"] for b, i in e.items()} for k, e in plan.items()})
+    for m in (1, 8, 256):
+        check_engine_linears(first, m)
+
+
 def test_wgmma_way_in_the_plan(wgmma_engine):
     """WGMMA entries name a compiled Gluon kernel; weights whose K it cannot serve keep the tile."""
     table = wgmma_engine.manifest["kernels"]["kernels"]
