@@ -65,7 +65,7 @@ def decode_plot(result: dict, path: str) -> None:
           if any(c["batch"] == 1 for c in r["cases"])]
     labels = [r["case"].replace(":", "\n") for r, _ in b1]
     xs = range(len(b1))
-    fig, ax = plt.subplots(figsize=(1.6 * len(b1) + 2, 4))
+    fig, ax = plt.subplots(figsize=(max(1.6 * len(b1) + 2, 6), 4))
     bars = ax.bar([x - 0.2 for x in xs], [c["tokens_per_s"] for _, c in b1], 0.4, label="Atlas")
     hf = [result["hf"].get(r["preset"], {}).get("tokens_per_s", 0) for r, _ in b1]
     ax.bar([x + 0.2 for x in xs], hf, 0.4, label="transformers (bf16)")
@@ -74,8 +74,9 @@ def decode_plot(result: dict, path: str) -> None:
                     ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), labels, fontsize=8)
     ax.set_ylabel("decode tokens/s, batch 1")
-    ax.set_title(f"{result['device']}: {result['prompt_len']}-token prompt, {result['gen_len']} generated")
-    ax.legend()
+    ax.set_title(f"{result['device']}: {result['prompt_len']}-token prompt, {result['gen_len']} generated",
+                 fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
