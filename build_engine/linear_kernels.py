@@ -174,13 +174,13 @@ def _random_weights(fmt: str, n: int, k: int):
     return quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02, fmt, device="cuda")
 
 
-def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]):
-    """(weights as the candidates read them, x, fp32 reference) on random data of the real shape."""
+def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], reference: bool = True):
+    """(weights as the candidates read them, x, fp32 reference or None) on random data of the real shape."""
     from atlas.plugins_trt.quant_linear.reference import dequantize
 
     qt = _random_weights(fmt, n, k)
     x = torch.randn(bucket, k, device="cuda", dtype=torch.bfloat16)
-    ref = x.float() @ dequantize(fmt, qt.weight, qt.weight_scale, qt.weight_scale_2).T
+    ref = x.float() @ dequantize(fmt, qt.weight, qt.weight_scale, qt.weight_scale_2).T if reference else None
     if candidates and candidates[0].get("TILED"):  # the candidates read the GPU order, as the runtime will give it
         from atlas.plugins_trt.quant_linear.layout import gpu_order
         w, ws = gpu_order(qt.weight, qt.weight_scale, bool(candidates[0].get("BITS")))
@@ -236,7 +236,7 @@ def _precompile_one(job: tuple) -> bool:
     try:
         if key not in _WORKER_INPUTS:
             _WORKER_INPUTS.clear()  # one shape's tensors at a time
-            _WORKER_INPUTS[key] = _tuning_inputs(fmt, bucket, n, k, candidates)
+            _WORKER_INPUTS[key] = _tuning_inputs(fmt, bucket, n, k, candidates, reference=False)
         qt, x, _ = _WORKER_INPUTS[key]
         _candidate_call(fmt, bucket, qt, x, candidates[i])()
         torch.cuda.synchronize()
@@ -271,15 +271,18 @@ class Precompiler:
         import multiprocessing
 
         tasks = [(fmt, b, n, k, cands, i) for fmt, b, n, k, cands in jobs for i in range(len(cands))]
-        if self.workers < 2 or not tasks or self.pool is False:
+        busy = self.workers_that_fit(jobs) if tasks else 0
+        if busy < 2 or self.pool is False:
             return 0
         t0 = time.perf_counter()
         try:
             if self.pool is None:  # spawn: CUDA cannot be used in a forked child
                 self.pool = concurrent.futures.ProcessPoolExecutor(
                     self.workers, mp_context=multiprocessing.get_context("spawn"))
-            # tasks of one shape and bucket go to one worker in a row (its inputs are made once)
-            ran = sum(self.pool.map(_precompile_one, tasks, chunksize=max(1, len(tasks) // (4 * self.workers))))
+            # tasks of one shape and bucket go to one worker in a row (its inputs are made once); `busy` chunks at
+            # least, so that no more than `busy` workers hold a large weight's inputs at once
+            chunk = max(len(tasks) // (4 * self.workers), -(-len(tasks) // busy) if busy < self.workers else 1)
+            ran = sum(self.pool.map(_precompile_one, tasks, chunksize=max(1, chunk)))
         except Exception as e:  # noqa: BLE001 (a broken pool: the timing compiles everything itself)
             import warnings
 
@@ -290,8 +293,16 @@ class Precompiler:
             self.pool = False
             return 0
         log.info("precompiled %d of %d candidates in %.0f s on %d processes", ran, len(tasks),
-                 time.perf_counter() - t0, self.workers)
+                 time.perf_counter() - t0, busy)
         return ran
+
+    def workers_that_fit(self, jobs: list[tuple[str, int, int, int, list[dict]]]) -> int:
+        """How many workers may build their inputs at once in the GPU memory free now: each holds its largest
+        job's random fp32 weight, its quantization's chunk temporaries and a CUDA context (about 6 bytes a weight
+        element and 1 GB; the 27B LM head: 8 GB)."""
+        need = max(n * k for _, _, n, k, _ in jobs) * 6 + (1 << 30)
+        free, _ = torch.cuda.mem_get_info()
+        return max(0, min(self.workers, int(0.8 * free) // need))
 
 
 def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], kernels_dir, tune: bool,

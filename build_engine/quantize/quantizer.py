@@ -9,6 +9,7 @@ from atlas.plugins_trt.quant_linear.reference import (
     E2M1_MAX, FP8_BLOCK, FP8_MAX, NVFP4_BLOCK, e2m1_encode, pack_e2m1)
 
 E4M3_MIN_SUBNORMAL = 2.0 ** -9
+_CHUNK_ELEMENTS = 1 << 25
 
 
 def quantize(w: torch.Tensor, fmt: str, device: str | torch.device = "cpu") -> QTensor:
@@ -67,10 +68,16 @@ def quantize_nvfp4(w: torch.Tensor) -> QTensor:
             f"nvfp4 needs K (input features) to be a multiple of {NVFP4_BLOCK}; weight [N, K] = {[n, k]}. "
             f"Keep this weight in bfloat16 or fp8."
         )
-    amax = w.abs().amax()
+    rows = max(1, _CHUNK_ELEMENTS // k)  # rows a chunk: the encoding's int64 temporaries stay ~0.3 GB, not 8 bytes x W
+    chunks = [w[r:r + rows] for r in range(0, n, rows)]
+    amax = torch.stack([c.abs().amax() for c in chunks]).amax()
     g = amax / (E2M1_MAX * FP8_MAX) if amax > 0 else torch.tensor(1.0, device=w.device)  # zero tensor: codes 0
-    blocks = w.view(n, k // NVFP4_BLOCK, NVFP4_BLOCK)
-    s = blocks.abs().amax(dim=-1) / (E2M1_MAX * g)  # [N, K/16]
-    s = torch.where(s == 0, torch.ones_like(s), s).clamp(E4M3_MIN_SUBNORMAL, FP8_MAX).to(FP8)
-    codes = e2m1_encode(blocks / (s.float() * g)[..., None]).view(n, k)
-    return QTensor("nvfp4", pack_e2m1(codes).contiguous(), s, g.float().expand(n).contiguous())
+    packed = torch.empty(n, k // 2, dtype=torch.uint8, device=w.device)
+    scales = torch.empty(n, k // NVFP4_BLOCK, dtype=FP8, device=w.device)
+    for r, chunk in zip(range(0, n, rows), chunks):
+        blocks = chunk.reshape(-1, k // NVFP4_BLOCK, NVFP4_BLOCK)
+        s = blocks.abs().amax(dim=-1) / (E2M1_MAX * g)  # [rows, K/16]
+        s = torch.where(s == 0, torch.ones_like(s), s).clamp(E4M3_MIN_SUBNORMAL, FP8_MAX).to(FP8)
+        scales[r:r + rows] = s
+        packed[r:r + rows] = pack_e2m1(e2m1_encode(blocks / (s.float() * g)[..., None]).view(-1, k))
+    return QTensor("nvfp4", packed, scales, g.float().expand(n).contiguous())

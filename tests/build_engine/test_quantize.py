@@ -313,3 +313,16 @@ def test_gpu_quantization_is_the_cpu_s_bit_for_bit(fmt):
     assert_same(QTensor(fmt, *(t if t is None else t.cpu() for t in
                                (gpu.weight, gpu.weight_scale, gpu.weight_scale_2, gpu.input_scale))),
                 quantize(w, fmt))
+
+
+def test_nvfp4_in_row_chunks_is_the_whole_tensor_s(monkeypatch):
+    """NVFP4 is encoded a chunk of rows at a time (bounded temporaries) under one global scale: the same bits as
+    in one piece, with a partial last chunk and the largest value in a later chunk."""
+    from atlas.build_engine.quantize import quantizer
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(37, 64, generator=g) * torch.logspace(-2, 0, 37)[:, None]
+    w[30, 7] = 9.0  # the tensor's amax (the global scale) sits in the last chunks
+    whole = quantize(w, "nvfp4")
+    monkeypatch.setattr(quantizer, "_CHUNK_ELEMENTS", 64 * 8)  # 8 rows a chunk: 5 chunks, the last of 5 rows
+    assert_same(quantize(w, "nvfp4"), whole)

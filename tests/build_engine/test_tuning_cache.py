@@ -141,3 +141,15 @@ def test_a_stopped_search_keeps_what_it_timed(no_gpu_work, tmp_path, monkeypatch
     cache = TuningCache(path, "NVIDIA H200", "3.6.0")
     plan(cache)
     assert cache.hits == len(BUCKETS) and cache.misses == len(BUCKETS) == len(no_gpu_work)
+
+
+def test_precompile_workers_fit_the_gpu_memory(monkeypatch):
+    """Each precompile worker builds a weight's inputs on the GPU: as many run at once as fit the free memory."""
+    gib = 1 << 30
+    pre = linear_kernels.Precompiler(workers=16)
+    jobs = lambda n, k: [("nvfp4", 1, n, k, [{}]), ("nvfp4", 8, n, k, [{}])]  # noqa: E731
+    monkeypatch.setattr(linear_kernels.torch.cuda, "mem_get_info", lambda: (75 * gib, 80 * gib))
+    assert pre.workers_that_fit(jobs(6144, 4096)) == 16  # 0.15 GB of inputs a worker
+    assert pre.workers_that_fit(jobs(248320, 5120)) == 7  # the 27B LM head: 8.1 GB a worker
+    monkeypatch.setattr(linear_kernels.torch.cuda, "mem_get_info", lambda: (2 * gib, 80 * gib))
+    assert pre.workers_that_fit(jobs(248320, 5120)) == 0
