@@ -65,6 +65,13 @@ def linear_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> list[t
     return sorted(out)
 
 
+def gate_up_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> set[tuple[str, int, int]]:
+    """(format, N, K) of the [gate | up] projections, whose split-K GEMVs also get a reduction with SiLU-mul fused."""
+    shapes = canonical_shapes(config)
+    return {(fmt, *shapes[f"{prefix}.weight"]) for prefix, fmt in weight_formats.items()
+            if fmt in KERNEL_FORMATS and prefix.endswith("mlp.gate_up_proj")}
+
+
 def is_tiled(fmt: str, n: int, k: int) -> bool:
     """Whether a linear's GPU kernels read its weight in the tiled order (layout.py): NVFP4 of whole tiles."""
     return fmt == "nvfp4" and can_tile(n, k)
@@ -347,6 +354,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
 
     cases = [(fmt, bucket, n, k) for fmt, n, k in linear_shapes(config, weight_formats)
              for bucket in GEMV_BUCKETS + GEMM_BUCKETS]
+    silu_shapes = gate_up_shapes(config, weight_formats)
     cached = {c: cache.get(*c) for c in cases} if (tune and cache is not None) else {}
     todo = {c: candidates(*c) for c in cases if cached.get(c) is None}  # what is timed (or, untuned, taken first)
     chosen = {c: cfg for c, cfg in cached.items() if cfg is not None}
@@ -368,7 +376,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
         entry = plan.setdefault(shape_key(fmt, n, k), {})
         cfg = chosen[(fmt, bucket, n, k)]
         tag = "_".join(f"{v}" for v in cfg.values())
-        item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "quant": None, "perm": None}
+        item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None, "quant": None,
+                "perm": None}
         if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
             from atlas.plugins_trt.quant_linear import gluon_streamk
             item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
@@ -414,6 +423,10 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
             item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
                                  gemv.grid_splitk_reduce(rcfg, bucket, n))
+            if bucket in GEMV_BUCKETS and (fmt, n, k) in silu_shapes:  # CudaLinear.fuses_silu
+                ssig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n // 2, pdl=True, silu=True)
+                item["reduce_silu"] = add(ssig, f"splitk_reduce_silu.{cfg['SPLIT_K']}x{n // 2}",
+                                          gemv.grid_splitk_reduce(rcfg, bucket, n // 2))
         if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
             bk = cfg["BLOCK_K"]
             item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",

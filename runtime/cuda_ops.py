@@ -78,6 +78,14 @@ class CudaOps:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         return launch_silu_mul(gate_up, aot=self.aot, pdl=self.pdl)
 
+    def gate_up_silu(self, gate_up_proj, h: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of the [gate | up] projection of h: in the projection's split-K reduction where its plan
+        compiled that (CudaLinear.fuses_silu: one launch fewer, the same bits), else the projection then silu_mul."""
+        fuses = getattr(gate_up_proj, "fuses_silu", None)
+        if fuses is not None and fuses(h.shape[0]):
+            return gate_up_proj(h, silu=True)
+        return self.silu_mul(gate_up_proj(h))
+
     def gdn(self, proj: torch.Tensor, layer, pool: LayerState, step: StepInputs) -> torch.Tensor:
         """in_proj output [T, gdn_in_proj_size] -> gated-normed o [T, gdn_value_size]; advances each sequence's conv
         window and recurrent state in its slot (layer: runtime/paged_model.PagedGDN). State slot -1 (padding): its

@@ -58,6 +58,10 @@ class ReferenceOps:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         return silu_mul(gate_up)
 
+    def gate_up_silu(self, gate_up_proj, h: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of the [gate | up] projection of h."""
+        return self.silu_mul(gate_up_proj(h))
+
     def gdn(self, proj: torch.Tensor, layer: "PagedGDN", pool: LayerState, step: StepInputs) -> torch.Tensor:
         """in_proj output [T, gdn_in_proj_size] -> gated-normed o [T, gdn_value_size]; advances each slot."""
         c = self.c
@@ -138,7 +142,7 @@ class PagedModel:
             else:
                 h = layer.gdn.out_proj(ops.gdn(layer.gdn.in_proj(h), layer.gdn, states.layers[i], step))
             h, residual = ops.add_rms_norm(h, residual, layer.post_norm)
-            h = layer.down_proj(ops.silu_mul(layer.gate_up_proj(h)))
+            h = layer.down_proj(ops.gate_up_silu(layer.gate_up_proj, h))
             following = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.norm
             h, residual = ops.add_rms_norm(h, residual, following)
         last = h[step.last_rows.long()]  # last: [B, H] final-normed hidden state of each sequence's last token

@@ -74,18 +74,26 @@ class CudaLinear:
         params = self.kernels.params(name)
         self.kernels.launch(name, None, *(args[p] for p, _ in params))
 
-    def _launch_split(self, entry: dict, out: torch.Tensor, **args) -> None:
+    def _launch_split(self, entry: dict, out: torch.Tensor, silu: bool = False, **args) -> None:
         """A bucket's kernel (a GEMV, or the wgmma GEMM) into out, or with SPLIT_K > 1 into fp32 partials the reduction
-        sums (+ bias)."""
+        sums (+ bias); silu: the reduction that also applies SiLU-mul (out [M, N / 2])."""
         split = entry["config"].get("SPLIT_K", 1)
         if split == 1:
             self._launch(entry["kernel"], out_ptr=out, **args)
             return
-        m = out.shape[0]
+        m, n = out.shape
         part = torch.empty(split, m, self.n, device=out.device, dtype=torch.float32)
         self._launch(entry["kernel"], out_ptr=part, **args)
-        self._launch(entry["reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None, out_ptr=out, M=m, N=self.n,
-                     stride_rm=0, stride_om=self.n)
+        self._launch(entry["reduce_silu" if silu else "reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None,
+                     out_ptr=out, M=m, N=n, stride_rm=0, stride_om=n)
+
+    def fuses_silu(self, m: int) -> bool:
+        """Whether M = m rows end in a split-K reduction with SiLU-mul fused (a gate_up projection whose plan
+        compiled one for that bucket; build_engine/linear_kernels.py): then self(x, silu=True) = silu(gate) * up."""
+        if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
+            return False
+        entry = self.plan[str(bucket_for(m))]
+        return bool(entry.get("reduce_silu")) and not entry["config"].get("STREAMK")
 
     def _launch_sk(self, entry: dict, x: torch.Tensor, out: torch.Tensor, common: dict) -> None:
         """gluon_gemm.nvfp4_gemm_wgmma_sk_kernel or (WS) gluon_ws.nvfp4_gemm_rs_sk_kernel on x in its k order: whole
@@ -139,27 +147,24 @@ class CudaLinear:
             dequant_matmul(x, work[: n1 - n0], None if self.bias is None else self.bias[n0:n1], None,
                            out[:, n0:n1])
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [M, K] bf16 contiguous -> [M, N] bf16."""
+    def __call__(self, x: torch.Tensor, silu: bool = False) -> torch.Tensor:
+        """x: [M, K] bf16 contiguous -> [M, N] bf16; silu (where fuses_silu(M)): silu(gate) * up, [M, N / 2]."""
         if self.fmt in ("bfloat16", "float32"):
             return F.linear(x, self.weight.to(x.dtype), self.bias)
         m = x.shape[0]
         bucket = str(bucket_for(m))
         entry = self.plan[bucket]
-        out = torch.empty(m, self.n, device=x.device, dtype=torch.bfloat16)
+        if silu and not self.fuses_silu(m):
+            raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused SiLU-mul at M = {m}")
+        out = torch.empty(m, self.n // 2 if silu else self.n, device=x.device, dtype=torch.bfloat16)
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
-                      stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n)
-        if self.fmt == "nvfp4":
-            common.update(w_ptr=self.weight, ws_ptr=self.weight_scale, ws2_ptr=self.weight_scale_2,
-                          stride_sn=self.weight_scale.stride(0))
-        else:
-            common.update(w_ptr=self.weight, ws_ptr=self.weight_scale)
+                      stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n, **self._weights())
         if m <= GEMV_BUCKETS[-1] and entry["config"].get("STREAMK"):  # one launch: partials and counters inside
             part = torch.empty(streamk_partials_shape(entry["config"]), device=x.device, dtype=torch.float32)
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
                          **common)
         elif m <= GEMV_BUCKETS[-1]:
-            self._launch_split(entry, out, x_ptr=x, **common)
+            self._launch_split(entry, out, silu=silu, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)
         elif self.fmt == "nvfp4" and entry["config"].get("SK"):  # a persistent GEMM (+ its reduction)
@@ -184,6 +189,13 @@ class CudaLinear:
         if self.bias is not None and not self._adds_bias(entry):
             out += self.bias  # the build compiles the kernels without a bias epilogue
         return out
+
+    def _weights(self) -> dict:
+        """The weight arguments of this format's kernels."""
+        if self.fmt == "nvfp4":
+            return dict(w_ptr=self.weight, ws_ptr=self.weight_scale, ws2_ptr=self.weight_scale_2,
+                        stride_sn=self.weight_scale.stride(0))
+        return dict(w_ptr=self.weight, ws_ptr=self.weight_scale)
 
     def _adds_bias(self, entry: dict) -> bool:
         """Whether the launches of this M bucket's plan add the bias themselves (cuBLAS ways, or a kernel compiled

@@ -34,6 +34,7 @@ def no_gpu_work(monkeypatch):
         return candidates[-1]
 
     monkeypatch.setattr(linear_kernels, "linear_shapes", lambda config, formats: SHAPES)
+    monkeypatch.setattr(linear_kernels, "gate_up_shapes", lambda config, formats: set())
     monkeypatch.setattr(linear_kernels, "_tune", fake_tune)
     precompiled = []
 

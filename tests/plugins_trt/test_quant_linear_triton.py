@@ -326,6 +326,25 @@ def check_dequant_linear(M, N, K, config, seed, qt=None):
 
 
 @cpu_only
+@pytest.mark.parametrize("split,M,N", [(4, 1, 80), (2, 3, 64)])
+def test_splitk_reduce_silu_interpreter(split, M, N):
+    """The gate_up reduction with SiLU-mul fused (splitk_reduce_kernel SILU, interpreted; N off the block) against
+    the plain reduction (interpreted) then silu(gate) * up in torch with the same roundings (bf16 sums, bf16 silu):
+    equal but for the last bit where numpy's and torch's sigmoid differ; a bias is refused."""
+    g = torch.Generator().manual_seed(split * 100 + N)
+    part = torch.randn(split, M, 2 * N, generator=g) * 2
+    cfg = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    fused = GV.launch_splitk_reduce(part, torch.empty(M, N, dtype=torch.bfloat16), cfg, silu=True)
+    plain = GV.launch_splitk_reduce(part, torch.empty(M, 2 * N, dtype=torch.bfloat16), cfg)
+    gate, up = plain.float().split(N, dim=1)
+    want = ((gate * torch.sigmoid(gate)).to(torch.bfloat16).float() * up).to(torch.bfloat16)
+    assert float((fused.float() - want.float()).norm() / want.float().norm()) < 1e-2
+    assert float((fused == want).float().mean()) > 0.95
+    with pytest.raises(ValueError, match="without bias"):
+        GV.launch_splitk_reduce(part, torch.empty(M, N, dtype=torch.bfloat16), cfg, torch.zeros(2 * N), silu=True)
+
+
+@cpu_only
 def test_fp8_cublas_gemm_interpreter():
     """The CUBLAS way of W8A8: the quantization kernel (interpreter), then torch._scaled_mm with row-wise scales;
     N and K not multiples of 16 are refused with a clear error."""
@@ -556,6 +575,8 @@ cases = {  # name: (AotSignature, grid)
     "nvfp4_gemv.gluon.pipe3.pdl": (GV.signature_nvfp4_gemv({**gemv(8, 4), "BLOCK_K": 128, "num_stages": 1, "GLUON": True,
                                                             "PIPE": 3}, N, K, pdl=True), GV.grid_gemv(gemv(8, 4), N)),
     "splitk_reduce.pdl": (GV.signature_splitk_reduce(red, 4, N, pdl=True), GV.grid_splitk_reduce(red, 1, N)),
+    "splitk_reduce.silu.pdl": (GV.signature_splitk_reduce(red, 4, N, pdl=True, silu=True),
+                               GV.grid_splitk_reduce(red, 1, N)),
     "nvfp4_gemm": (GM.signature_nvfp4_gemm(gemm, N, K, True, True), GM.grid_gemm(gemm, 2048, N)),
     "quantize_rows_fp8": (GM.signature_quantize_rows_fp8(quant, K), GM.grid_quantize_rows_fp8(quant, 2048)),
     "nvfp4_dequant": (GM.signature_nvfp4_dequant(GM.CONFIGS_nvfp4_dequant[0], N, K),

@@ -146,7 +146,7 @@ def test_cuda_build_compiles_every_kernel(cuda_engines):
         for entry in plan.values():
             assert set(entry) == {"1", "2", "4", "8", "16", "64", "256", "2048"}
             for item in entry.values():
-                for role in ("kernel", "reduce", "quant"):
+                for role in ("kernel", "reduce", "reduce_silu", "quant"):
                     if item[role]:
                         cubin = result.path / "kernels" / table["kernels"][item[role]]["cubin"]
                         assert cubin.is_file() and m["files"][f"kernels/{table['kernels'][item[role]]['cubin']}"]
@@ -277,3 +277,55 @@ def test_gemv_candidates_keep_every_way():
     assert all(4096 % c["BLOCK_K"] == 0 for c in nv if c.get("GLUON"))
     odd = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, 4, 28672, 9, k=4096 + 64)
     assert odd and not any(c.get("GLUON") for c in odd)  # 4160 is no multiple of the Gluon BLOCK_K (128, 256)
+
+
+def test_fused_silu_only_where_the_plan_compiled_it():
+    """CudaLinear.fuses_silu: a quantized GEMV bucket whose plan names a reduction with SiLU-mul fused, no bias, not
+    the stream-K form; CudaOps.gate_up_silu takes it there and the plain projection + silu_mul elsewhere."""
+    from atlas.runtime.cuda_ops import CudaOps
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    split = {"config": {"SPLIT_K": 4}, "kernel": "k", "reduce": "r", "reduce_silu": "rs"}
+    plan = {"1": split, "2": {**split, "reduce_silu": None}, "4": {"config": {"STREAMK": 2, "BLOCK_N": 64},
+                                                                  "kernel": "s", "reduce_silu": "rs"},
+            "8": split, "16": split, "64": {"config": {}, "kernel": "g"}}
+    t = {"weight": torch.zeros(128, 32, dtype=torch.uint8), "weight_scale": torch.ones(128, 4),
+         "weight_scale_2": torch.ones(128)}
+    layer = CudaLinear("nvfp4", t, object(), plan)
+    assert [layer.fuses_silu(m) for m in (1, 2, 3, 5, 16, 17)] == [True, False, False, True, True, False]
+    assert not CudaLinear("nvfp4", t, object(), plan, bias=torch.zeros(128)).fuses_silu(1)
+
+    calls = []
+
+    class Proj:
+        def fuses_silu(self, m):
+            return m == 1
+
+        def __call__(self, h, silu=False):
+            calls.append(silu)
+            return torch.full((h.shape[0], 8), 2.0)
+
+    ops = CudaOps.__new__(CudaOps)
+    ops.silu_mul = lambda gate_up: gate_up[:, :4] * 3
+    assert ops.gate_up_silu(Proj(), torch.zeros(1, 4)).shape == (1, 8) and calls == [True]
+    assert torch.equal(ops.gate_up_silu(Proj(), torch.zeros(2, 4)), torch.full((2, 4), 6.0)) and calls[-1] is False
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["nvfp4", "fp8"])
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_fused_silu_is_the_plain_way_to_the_bit(name, m, cuda_engines):
+    """Every gate_up projection whose bucket fuses SiLU-mul into its split-K reduction gives silu_mul of its plain
+    output exactly (the engines' heuristic GEMV configs split K)."""
+    from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
+    from atlas.runtime.cuda_engine import load_cuda_engine
+
+    engine = load_cuda_engine(cuda_engines[name].path)
+    fused = 0
+    for prefix in (p for p in engine.manifest["weight_formats"] if p.endswith("mlp.gate_up_proj")):
+        layer = engine.linear(engine.weights, prefix)
+        x = torch.randn(m, layer.k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(torch.bfloat16)
+        if layer.fuses_silu(m):
+            assert torch.equal(layer(x, silu=True), launch_silu_mul(layer(x))), prefix
+            fused += 1
+    assert fused
