@@ -93,7 +93,8 @@ class CudaLinear:
         if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
             return False
         entry = self.plan[str(bucket_for(m))]
-        return bool(entry.get("reduce_silu")) and not entry["config"].get("STREAMK")
+        cfg = entry["config"]
+        return bool(entry.get("reduce_silu")) and cfg.get("SPLIT_K", 1) > 1 and not cfg.get("STREAMK")
 
     def _launch_sk(self, entry: dict, x: torch.Tensor, out: torch.Tensor, common: dict) -> None:
         """gluon_gemm.nvfp4_gemm_wgmma_sk_kernel or (WS) gluon_ws.nvfp4_gemm_rs_sk_kernel on x in its k order: whole
