@@ -360,6 +360,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     chosen = {c: cfg for c, cfg in cached.items() if cfg is not None}
     t0 = time.perf_counter()
     if tune and todo:
+        torch.cuda.empty_cache()  # the conversion's cached blocks back to the driver, for the precompile workers
         with Precompiler() as precompile:
             for shape in dict.fromkeys((fmt, n, k) for fmt, _, n, k in todo):  # one weight shape at a time
                 group = [c for c in todo if (c[0], c[2], c[3]) == shape]
