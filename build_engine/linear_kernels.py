@@ -242,7 +242,8 @@ def _precompile_one(job: tuple) -> bool:
     key = (fmt, bucket, n, k)  # one job's candidates share their inputs
     try:
         if key not in _WORKER_INPUTS:
-            _WORKER_INPUTS.clear()  # one shape's tensors at a time
+            _WORKER_INPUTS.clear()  # one shape's tensors at a time, their memory back to the driver (workers_that_fit)
+            torch.cuda.empty_cache()
             _WORKER_INPUTS[key] = _tuning_inputs(fmt, bucket, n, k, candidates, reference=False)
         qt, x, _ = _WORKER_INPUTS[key]
         _candidate_call(fmt, bucket, qt, x, candidates[i])()
