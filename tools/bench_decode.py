@@ -53,9 +53,12 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     preset, dtype = case.split(":")
     out = work / case.replace(":", "-")
     t0 = time.perf_counter()
-    build(BuildConfig(f"synthetic:{preset}/cuda", out, dtype=dtype, device="cuda", onnx=False, overwrite=True,
-                      max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes), tuning_cache=tuning_cache,
-                      pdl=pdl, progress=False))
+    built = build(BuildConfig(f"synthetic:{preset}/cuda", out, dtype=dtype, device="cuda", onnx=False,
+                              overwrite=True, max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes),
+                              tuning_cache=tuning_cache, pdl=pdl, progress=False))
+    # the kernel configuration each quantized linear got a bucket (what the figures below ran)
+    plan = {key: {b: item["config"] for b, item in entry.items()}
+            for key, entry in built.manifest.get("linear_kernels", {}).items()}
     build_s = time.perf_counter() - t0
     click.echo(f"{case}: built in {build_s:.0f} s", err=True)
     runner = None
@@ -75,7 +78,8 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         runner = None
         gc.collect()
         torch.cuda.empty_cache()
-    return {"case": case_name(case, pdl), "preset": preset, "dtype": dtype, "pdl": pdl, "build_seconds": build_s, **result}
+    return {"case": case_name(case, pdl), "preset": preset, "dtype": dtype, "pdl": pdl, "build_seconds": build_s,
+            "tuning_cache": built.manifest["target"].get("tuning_cache"), "linear_plan": plan, **result}
 
 
 def hf_model(preset: str, device: str = "cuda"):
