@@ -56,14 +56,18 @@ def state_bytes(config: ModelConfig, batch: int, context: int, kv_element_size: 
     return batch * (kv + state)
 
 
-def _prefill(runner, batch: int, prompt_len: int, gen_len: int, seed: int) -> tuple[list[int], list[int]]:
-    """B random prompts prefilled in chunks: (sequence ids, first tokens)."""
+def _prompts(runner, batch: int, prompt_len: int, gen_len: int, seed: int) -> list[list[int]]:
+    """B random prompts of prompt_len tokens (room checked for gen_len more)."""
     if prompt_len + gen_len > runner.options.max_seq_len:
         raise ValueError(f"prompt_len + gen_len = {prompt_len + gen_len} exceeds the engine's max_seq_len "
                          f"{runner.options.max_seq_len}")
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(0, runner.c.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(batch)]
-    ids = list(range(batch))
+    return [torch.randint(0, runner.c.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(batch)]
+
+
+def _prefill(runner, prompts: list[list[int]]) -> tuple[list[int], list[int]]:
+    """The prompts prefilled in chunks as sequences 0 .. B-1: (sequence ids, first tokens)."""
+    ids = list(range(len(prompts)))
     chunk = runner.options.prefill_chunk
     tokens = []
     for s, p in zip(ids, prompts):
@@ -88,9 +92,10 @@ def _decode(runner, ids: list[int], tokens: list[int] | None, steps: int) -> Non
 def run_case(runner, batch: int, prompt_len: int, gen_len: int, bandwidth: float, seed: int = 0) -> BenchCase:
     """One measurement: prefill B prompts, then gen_len greedy decode steps; the pool is freed afterwards."""
     c = runner.c
+    prompts = _prompts(runner, batch, prompt_len, gen_len, seed)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    ids, tokens = _prefill(runner, batch, prompt_len, gen_len, seed)
+    ids, tokens = _prefill(runner, prompts)
     torch.cuda.synchronize()
     ttft = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -130,7 +135,7 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    ids, tokens = _prefill(runner, batch, prompt_len, steps + 2, seed)
+    ids, tokens = _prefill(runner, _prompts(runner, batch, prompt_len, steps + 2, seed))
     try:
         _decode(runner, ids, tokens, 2)  # warm-up: the profile sees continuing steps only
         torch.cuda.synchronize()
