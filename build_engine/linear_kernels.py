@@ -361,10 +361,10 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     chosen = {c: cfg for c, cfg in cached.items() if cfg is not None}
     t0 = time.perf_counter()
     if tune and todo:
-        torch.cuda.empty_cache()  # the conversion's cached blocks back to the driver, for the precompile workers
         with Precompiler() as precompile:
             for shape in dict.fromkeys((fmt, n, k) for fmt, _, n, k in todo):  # one weight shape at a time
                 group = [c for c in todo if (c[0], c[2], c[3]) == shape]
+                torch.cuda.empty_cache()  # this process's cached blocks back to the driver, for the workers
                 precompile([(*c, todo[c]) for c in group])
                 for c in group:  # timed and written to the cache as it goes: a stopped build keeps them
                     chosen[c] = _tune(*c, todo[c])
