@@ -168,7 +168,8 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
     if cfg.progress:
         from tqdm import tqdm
 
-        groups = tqdm(list(groups), desc=f"converting {Path(ckpt.source).name}", unit="group")
+        label = ckpt.source if ckpt.source.startswith("synthetic:") else Path(ckpt.source).name
+        groups = tqdm(list(groups), desc=f"converting {label}", unit="group")
     for group, sources in groups:
         tensors = {}
         for canonical, src in sources.items():

@@ -131,7 +131,8 @@ def kernel_table(kernels: list[tuple[str, float]], steps: int, wall_s: float) ->
 def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: int = 0) -> dict:
     """Where a decode step's time goes: `steps` pipelined decode steps of `batch` sequences after a prompt_len
     prefill, under torch.profiler (CUDA activities only: the kernels inside the graph replays, and the copies),
-    summed a step by kernel_table. The profiler's own cost shows in step_us, not in the kernels' times."""
+    summed a step by kernel_table. The profiler's own cost shows in step_us, not in the kernels' times.
+    A profiler that fails gives {"error": ...} (the caller's bench figures stand)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -144,6 +145,8 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
             _decode(runner, ids, None, steps)
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
+    except RuntimeError as e:
+        return {"batch": batch, "prompt_len": prompt_len, "error": f"{type(e).__name__}: {e}"}
     finally:
         for s in ids:
             runner.free(s)
@@ -153,6 +156,8 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
 
 def profile_text(p: dict, rows: int = 15) -> str:
     """kernel_profile's table as text: the largest kernels a step, then the sum and the idle share."""
+    if "error" in p:
+        return f"no kernel profile at batch {p['batch']}: {p['error']}"
     lines = [f"decode step at batch {p['batch']} under the profiler: {p['step_us']:.0f} us, kernels "
              f"{p['kernel_us']:.0f} us, GPU idle {p['idle_fraction']:.1%}",
              f"{'us/step':>9} {'launches':>8}  kernel"]

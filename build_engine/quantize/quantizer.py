@@ -16,8 +16,8 @@ def quantize(w: torch.Tensor, fmt: str, device: str | torch.device = "cpu") -> Q
     """W [N, K] (any float dtype) -> QTensor in fmt on `device`, where the arithmetic runs; float formats are a
     plain cast, left where W is.
 
-    atlas-build quantizes on the GPU when it builds for one (NVFP4 runs at about 10 MB/s a CPU core, which would
-    take most of an hour for a 27B model); every step is exact or IEEE round-to-nearest on both, so the codes and
+    atlas-build quantizes on the GPU when it builds for one (the NVFP4 encoding's searchsorted over every element is
+    slow on the CPU for multi-GB weights); every step is exact or IEEE round-to-nearest on both, so the codes and
     scales are the same bits either way (tested on the GPU)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown weight format '{fmt}'; expected one of {', '.join(FORMATS)}.")

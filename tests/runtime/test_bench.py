@@ -86,3 +86,8 @@ def test_bench_runs_on_a_small_engine(tmp_path):
     assert norm["launches"] >= runner.c.num_layers  # a step's launches, not the profile's
     assert 0 < p["kernel_us"] <= p["step_us"] and 0 <= p["idle_fraction"] < 1
     assert runner.blocks.num_free == runner.blocks.num_blocks
+
+
+def test_profile_text_names_a_failed_profile():
+    assert profile_text({"batch": 1, "error": "RuntimeError: CUPTI_ERROR"}) == \
+        "no kernel profile at batch 1: RuntimeError: CUPTI_ERROR"
