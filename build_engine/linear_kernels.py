@@ -195,29 +195,34 @@ def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]
     return qt, x, ref
 
 
-def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict):
-    """The launch the build times for one candidate (a function of no arguments returning y)."""
+def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict, silu: bool = False):
+    """The launch the build times for one candidate (a function of no arguments returning y). silu: a gate_up
+    GEMV, timed with its activation as the runtime runs it (fused into a split-K reduction, else silu_mul after)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
     if bucket in GEMV_BUCKETS:
         if fmt == "nvfp4":
-            return lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True)
-        return lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True)
+            return lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True,
+                                                  silu=silu)
+        return lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True, silu=silu)
     if fmt == "nvfp4":
         return lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)
     return lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg)
 
 
-def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]) -> dict:
-    """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT)."""
+def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], silu: bool = False) -> dict:
+    """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT).
+    silu: a gate_up GEMV bucket, timed and checked with its activation (_candidate_call)."""
     import triton.testing
 
     qt, x, ref = _tuning_inputs(fmt, bucket, n, k, candidates)
+    if silu:
+        ref = torch.nn.functional.silu(ref[:, :n // 2]) * ref[:, n // 2:]
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
-        fn = _candidate_call(fmt, bucket, qt, x, cfg)
+        fn = _candidate_call(fmt, bucket, qt, x, cfg, silu)
         try:
             y = fn().float()
             if not float((y - ref).norm() / ref.norm()) < bound:  # a config that computes wrong here is skipped
@@ -367,7 +372,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 torch.cuda.empty_cache()  # this process's cached blocks back to the driver, for the workers
                 precompile([(*c, todo[c]) for c in group])
                 for c in group:  # timed and written to the cache as it goes: a stopped build keeps them
-                    chosen[c] = _tune(*c, todo[c])
+                    chosen[c] = _tune(*c, todo[c], silu=c[1] in GEMV_BUCKETS and shape in silu_shapes)
                     if cache is not None:
                         cache.put(*c, chosen[c])
                 log.info("%s %dx%d: %d buckets chosen, %.0f s into the search", *shape, len(group),

@@ -56,6 +56,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
 from atlas.plugins_trt.quant_linear.layout import TILE_K, can_tile
 from atlas.plugins_trt.pdl import pdl_enter
 
@@ -923,15 +924,23 @@ def _check_gemv_inputs(x: torch.Tensor, N: int, K: int, config: dict, bias, resi
     return M
 
 
-def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False):
+def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False, silu=False):
     """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]. pdl: both launched
-    with programmatic dependent launch."""
+    with programmatic dependent launch. silu: W is a [gate | up] projection and the result is silu(gate) * up
+    [M, N / 2], as the runtime computes it (CudaLinear.fuses_silu, CudaOps.gate_up_silu): in the split-K reduction
+    where the config splits, else the GEMV then silu_mul."""
     M = x.shape[0]
     split = config["SPLIT_K"]
+    if silu:
+        _check_silu(N, bias, residual)
+    if silu and split == 1:
+        return _gemv_silu(_run_gemv(kernel, x, tensors, strides, N, K, config, None, None, None, workspace, pdl),
+                          out, pdl)
+    width = N // 2 if silu else N
     if out is None:
-        out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device)
-    if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.stride(1) != 1:
-        raise ValueError(f"out must be bf16 [{M}, {N}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
+        out = torch.empty(M, width, dtype=torch.bfloat16, device=x.device)
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, width) or out.stride(1) != 1:
+        raise ValueError(f"out must be bf16 [{M}, {width}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
     if split > 1 and workspace is None:
         workspace = torch.empty(split, M, N, dtype=torch.float32, device=x.device)
     if split > 1 and (workspace.dtype != torch.float32 or tuple(workspace.shape) != (split, M, N)
@@ -948,8 +957,18 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
         x, *tensors, bias if bias is not None else out, res, target, M, N, K, x.stride(0), *strides,
         res.stride(0), target.stride(-2), **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
     if split > 1:
-        launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual, pdl=pdl)
+        launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual, pdl=pdl, silu=silu)
     return out
+
+
+def _check_silu(N: int, bias, residual) -> None:
+    if N % 2 or bias is not None or residual is not None:
+        raise ValueError(f"silu: a [gate | up] projection of even width without bias or residual, got width {N}")
+
+
+def _gemv_silu(y: torch.Tensor, out: torch.Tensor | None, pdl: bool) -> torch.Tensor:
+    """silu(gate) * up of a [gate | up] GEMV output y [M, 2I] (a GEMV whose reduction did not fuse it)."""
+    return launch_silu_mul(y, out=out, pdl=pdl)
 
 
 _STREAMK_COUNTERS: dict = {}
@@ -959,19 +978,25 @@ _STREAMK_COUNTERS: dict = {}
 def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                      workspace: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
+                      workspace: torch.Tensor | None = None, pdl: bool = False, silu: bool = False) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K] (M <= BLOCK_M); W in nvfp4 storage.
 
     out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1;
     pdl: programmatic dependent launch (sm_90; the module docstring). A "TILED" config takes weight and weight_scale
     in layout.tile_nvfp4's order. A "STREAMK" config runs gluon_streamk's kernel (no workspace: its partials are
-    allocated here, its counters kept per device and size, zero between launches)."""
+    allocated here, its counters kept per device and size, zero between launches). silu: as _run_gemv's (stream-K
+    reduces inside its kernel, so silu_mul follows it)."""
     N, K = weight.shape[0], weight.shape[1] * 2
     if config.get("STREAMK"):
         from atlas.plugins_trt.quant_linear import gluon_streamk as sk
         key = (x.device, N // config["BLOCK_N"])
         if key not in _STREAMK_COUNTERS:
             _STREAMK_COUNTERS[key] = torch.zeros(key[1], dtype=torch.int32, device=x.device)
+        if silu:
+            _check_silu(N, bias, residual)
+            y = sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config, _STREAMK_COUNTERS[key],
+                                             pdl=pdl)
+            return _gemv_silu(y, out, pdl)
         return sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config, _STREAMK_COUNTERS[key],
                                             bias, residual, out, pdl=pdl)
     _check_gemv_inputs(x, N, K, config, bias, residual)
@@ -986,16 +1011,17 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
         raise ValueError(f"the Gluon GEMV needs K % BLOCK_K == 0, got K = {K}, BLOCK_K = {config['BLOCK_K']}")
     check_tiled(config, N, K, weight, weight_scale)
     return _run_gemv(_nvfp4_gemv_fn(config), x, (weight, weight_scale, weight_scale_2),
-                     (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace, pdl)
+                     (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace, pdl,
+                     silu)
 
 
 def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, config: dict,
                     bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
                     out: torch.Tensor | None = None, workspace: torch.Tensor | None = None,
-                    pdl: bool = False) -> torch.Tensor:
+                    pdl: bool = False, silu: bool = False) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K]; W e4m3 [N, K] with f32 weight_scale [N].
 
-    out / workspace as for launch_nvfp4_gemv."""
+    out / workspace / silu as for launch_nvfp4_gemv."""
     N, K = weight.shape
     _check_gemv_inputs(x, N, K, config, bias, residual)
     if weight.stride(1) != 1:
@@ -1004,7 +1030,7 @@ def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
             or tuple(weight_scale.shape) != (N,)):
         raise ValueError("fp8 weight must be e4m3 [N, K] with f32 weight_scale [N].")
     return _run_gemv(fp8_gemv_kernel, x, (weight, weight_scale), (weight.stride(0),), N, K, _fp8_path(config), bias,
-                     residual, out, workspace, pdl)
+                     residual, out, workspace, pdl, silu)
 
 
 def launch_splitk_reduce(partials: torch.Tensor, out: torch.Tensor, config: dict,

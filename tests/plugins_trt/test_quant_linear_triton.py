@@ -345,6 +345,29 @@ def test_splitk_reduce_silu_interpreter(split, M, N):
 
 
 @cpu_only
+@pytest.mark.parametrize("fmt,split", [("nvfp4", 1), ("nvfp4", 2), ("fp8", 2)])
+def test_gemv_silu_interpreter(fmt, split):
+    """launch_*_gemv(silu=True), the gate_up way the build times (interpreted): SiLU-mul in the split-K reduction
+    where the config splits, silu_mul after the GEMV where not; either way the runtime's result (the GEMV then
+    silu_mul, to the last bit but where numpy's and torch's sigmoid differ); a bias is refused."""
+    from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
+
+    g = torch.Generator().manual_seed(7 + split)
+    M, N, K = 1, 96, 80
+    qt = to_device(random_weight(fmt, N, K, g))
+    x = torch.randn(M, K, generator=g).bfloat16().to(DEVICE)
+    cfg = _cfg(1, split=split)
+    launch = GV.launch_nvfp4_gemv if fmt == "nvfp4" else GV.launch_fp8_gemv
+    w = (qt.weight, qt.weight_scale, qt.weight_scale_2) if fmt == "nvfp4" else (qt.weight, qt.weight_scale)
+    got = launch(x, *w, cfg, silu=True)
+    want = launch_silu_mul(launch(x, *w, cfg))
+    assert got.shape == (M, N // 2) and not got.isnan().any()
+    assert rel(got, want) < 1e-2 and float((got == want).float().mean()) > 0.95
+    with pytest.raises(ValueError, match="without bias"):
+        launch(x, *w, cfg, torch.zeros(N, dtype=torch.bfloat16, device=DEVICE), silu=True)
+
+
+@cpu_only
 def test_fp8_cublas_gemm_interpreter():
     """The CUBLAS way of W8A8: the quantization kernel (interpreter), then torch._scaled_mm with row-wise scales;
     N and K not multiples of 16 are refused with a clear error."""
