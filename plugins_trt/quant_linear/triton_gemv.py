@@ -58,6 +58,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
 from atlas.plugins_trt.quant_linear.layout import TILE_K, can_tile
+from atlas.plugins_trt.rms_norm.triton_norm import add_residual, launch_rms_norm, norm_config, rms_norm_values
 from atlas.plugins_trt.pdl import pdl_enter
 
 # ---- bit patterns (int32 constants spelt signed, as Triton wants them) ------------------------------------
@@ -582,6 +583,35 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
                         stride_om, HAS_BIAS, HAS_RESIDUAL)
 
 
+@triton.jit(do_not_specialize=["M"])
+def splitk_reduce_norm_kernel(part_ptr, bias_ptr, res_ptr, w_ptr, out_ptr, M, N, stride_rm, stride_om, eps,
+                              SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr,
+                              OFFSET: tl.constexpr, PDL: tl.constexpr = False):
+    """The split-K reduction of a projection into the residual stream with the decoder's add + RMSNorm fused: y =
+    sum_s part[s, m, :] (+ bias), rounded to bf16 as splitk_reduce_kernel stores it; then as
+    rms_norm.triton_norm.rms_norm_kernel with a residual: residual[m, :] = y + residual[m, :] (in place, bf16),
+    out[m, :] = ĥ · (OFFSET + w). The bits of the reduction then the norm, with one launch and one [M, N] round trip
+    fewer. Grid (M, 1, 1): a program holds a whole row (BLOCK_N >= N, norm_config's block and warps).
+
+    part_ptr *fp32 [SPLIT_K, M, N] contiguous;  bias_ptr *bf16 [N];  res_ptr *bf16 [M, N] row stride stride_rm;
+    w_ptr *bf16 or *fp32 [N] (the norm's weight);  out_ptr *bf16 [M, N] row stride stride_om;  M, N i32; eps fp32.
+    """
+    pdl_enter(PDL)
+    m = tl.program_id(0)
+    offs_n = tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    y = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        y += tl.load(part_ptr + (s * M + m) * N + offs_n, mask=nmask, other=0.0)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)
+    y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
+    res = res_ptr + m * stride_rm + offs_n
+    h = add_residual(y, res, res, nmask)
+    out = rms_norm_values(h, w_ptr, nmask, N, eps, OFFSET, BLOCK_N)
+    tl.store(out_ptr + m * stride_om + offs_n, out.to(out_ptr.dtype.element_ty), mask=nmask)
+
+
 @triton.jit(do_not_specialize=["M", "DP"])
 def sk_reduce_kernel(part_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, DP, G, stride_rm, stride_om,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
@@ -883,6 +913,24 @@ def signature_splitk_reduce(config: dict, split_k: int, N: int, has_bias: bool =
                          ("cdiv(N, BLOCK_N)", "M", "1"))
 
 
+def reduce_norm_config(N: int) -> dict:
+    """splitk_reduce_norm_kernel's block and warps for rows of N: rms_norm_kernel's (the same sum, the same bits)."""
+    block, warps = norm_config(N)
+    return {"BLOCK_N": block, "num_warps": warps, "num_stages": 1}
+
+
+def signature_splitk_reduce_norm(split_k: int, N: int, offset: int, has_bias: bool = False, pdl: bool = False,
+                                 weight_type: str = "*bf16") -> AotSignature:
+    """splitk_reduce_norm_kernel summing `split_k` partials of width N into the residual stream, then its RMSNorm
+    (offset 0: x̂·w, 1: x̂·(1 + w)); weight_type: the norm weight's pointer type."""
+    types = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "res_ptr": "*bf16", "w_ptr": weight_type, "out_ptr": "*bf16",
+             "M": "i32", "N": "i32", "stride_rm": "i32", "stride_om": "i32", "eps": "fp32"}
+    config = reduce_norm_config(N)
+    cx = {"SPLIT_K": split_k, "BLOCK_N": config["BLOCK_N"], "HAS_BIAS": has_bias, "OFFSET": int(offset), "PDL": pdl}
+    return aot_signature(splitk_reduce_norm_kernel, types, {"N": N, "stride_rm": N, "stride_om": N}, cx, config,
+                         ("M", "1", "1"))
+
+
 def grid_gemv(config: dict, N: int) -> tuple[int, int, int]:
     """Launch grid of nvfp4_gemv_kernel / fp8_gemv_kernel."""
     return (triton.cdiv(N, config["BLOCK_N"]), config["SPLIT_K"], 1)
@@ -924,11 +972,15 @@ def _check_gemv_inputs(x: torch.Tensor, N: int, K: int, config: dict, bias, resi
     return M
 
 
-def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False, silu=False):
+def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, workspace, pdl=False, silu=False,
+              norm=None, reduce=True):
     """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]. pdl: both launched
     with programmatic dependent launch. silu: W is a [gate | up] projection and the result is silu(gate) * up
     [M, N / 2], as the runtime computes it (CudaLinear.fuses_silu, CudaOps.gate_up_silu): in the split-K reduction
-    where the config splits, else the GEMV then silu_mul."""
+    where the config splits, else the GEMV then silu_mul. norm (residual, weight, eps, offset): the projection
+    writes into the residual stream and the result is the decoder's add + RMSNorm of it (residual updated in place),
+    as the runtime computes it (CudaLinear.fuses_norm): in the split-K reduction where the config splits, else the
+    GEMV then the norm kernel. reduce=False: the split-K partials are left in workspace (the caller reduces)."""
     M = x.shape[0]
     split = config["SPLIT_K"]
     if silu:
@@ -936,6 +988,15 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     if silu and split == 1:
         return _gemv_silu(_run_gemv(kernel, x, tensors, strides, N, K, config, None, None, None, workspace, pdl),
                           out, pdl)
+    if norm is not None:
+        if residual is not None:
+            raise ValueError("norm: the residual is norm's own (residual, weight, eps, offset)")
+        if split == 1:
+            return _gemv_norm(_run_gemv(kernel, x, tensors, strides, N, K, config, bias, None, None, workspace, pdl),
+                              norm, out, pdl)
+        workspace = torch.empty(split, M, N, dtype=torch.float32, device=x.device) if workspace is None else workspace
+        _run_gemv(kernel, x, tensors, strides, N, K, config, None, None, None, workspace, pdl, reduce=False)
+        return launch_splitk_reduce_norm(workspace, *norm, out=out, bias=bias, pdl=pdl)
     width = N // 2 if silu else N
     if out is None:
         out = torch.empty(M, width, dtype=torch.bfloat16, device=x.device)
@@ -956,7 +1017,7 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     kernel[grid_gemv(config, N)](
         x, *tensors, bias if bias is not None else out, res, target, M, N, K, x.stride(0), *strides,
         res.stride(0), target.stride(-2), **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
-    if split > 1:
+    if split > 1 and reduce:
         launch_splitk_reduce(workspace, out, CONFIGS_splitk_reduce[0], bias, residual, pdl=pdl, silu=silu)
     return out
 
@@ -964,6 +1025,12 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
 def _check_silu(N: int, bias, residual) -> None:
     if N % 2 or bias is not None or residual is not None:
         raise ValueError(f"silu: a [gate | up] projection of even width without bias or residual, got width {N}")
+
+
+def _gemv_norm(y: torch.Tensor, norm: tuple, out: torch.Tensor | None, pdl: bool) -> torch.Tensor:
+    """The decoder's add + RMSNorm of a projection's output y (a GEMV whose reduction did not fuse it)."""
+    residual, weight, eps, offset = norm
+    return launch_rms_norm(y, weight, eps, offset, residual=residual, out=out, pdl=pdl)
 
 
 def _gemv_silu(y: torch.Tensor, out: torch.Tensor | None, pdl: bool) -> torch.Tensor:
@@ -978,14 +1045,15 @@ _STREAMK_COUNTERS: dict = {}
 def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                       weight_scale_2: torch.Tensor, config: dict, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                      workspace: torch.Tensor | None = None, pdl: bool = False, silu: bool = False) -> torch.Tensor:
+                      workspace: torch.Tensor | None = None, pdl: bool = False, silu: bool = False,
+                      norm: tuple | None = None) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K] (M <= BLOCK_M); W in nvfp4 storage.
 
     out: bf16 [M, N] to write (allocated when None); workspace: f32 [SPLIT_K, M, N] for SPLIT_K > 1;
     pdl: programmatic dependent launch (sm_90; the module docstring). A "TILED" config takes weight and weight_scale
     in layout.tile_nvfp4's order. A "STREAMK" config runs gluon_streamk's kernel (no workspace: its partials are
-    allocated here, its counters kept per device and size, zero between launches). silu: as _run_gemv's (stream-K
-    reduces inside its kernel, so silu_mul follows it)."""
+    allocated here, its counters kept per device and size, zero between launches). silu, norm: as _run_gemv's
+    (stream-K reduces inside its kernel, so silu_mul or the norm follows it)."""
     N, K = weight.shape[0], weight.shape[1] * 2
     if config.get("STREAMK"):
         from atlas.plugins_trt.quant_linear import gluon_streamk as sk
@@ -997,6 +1065,10 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
             y = sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config, _STREAMK_COUNTERS[key],
                                              pdl=pdl)
             return _gemv_silu(y, out, pdl)
+        if norm is not None:
+            y = sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config, _STREAMK_COUNTERS[key],
+                                             bias, pdl=pdl)
+            return _gemv_norm(y, norm, out, pdl)
         return sk.launch_nvfp4_gemv_streamk(x, weight, weight_scale, weight_scale_2, config, _STREAMK_COUNTERS[key],
                                             bias, residual, out, pdl=pdl)
     _check_gemv_inputs(x, N, K, config, bias, residual)
@@ -1012,16 +1084,16 @@ def launch_nvfp4_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     check_tiled(config, N, K, weight, weight_scale)
     return _run_gemv(_nvfp4_gemv_fn(config), x, (weight, weight_scale, weight_scale_2),
                      (weight.stride(0), weight_scale.stride(0)), N, K, config, bias, residual, out, workspace, pdl,
-                     silu)
+                     silu, norm)
 
 
 def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, config: dict,
                     bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
                     out: torch.Tensor | None = None, workspace: torch.Tensor | None = None,
-                    pdl: bool = False, silu: bool = False) -> torch.Tensor:
+                    pdl: bool = False, silu: bool = False, norm: tuple | None = None) -> torch.Tensor:
     """y = x @ W.T (+ bias) (+ residual), bf16 [M, N]. x bf16 [M, K]; W e4m3 [N, K] with f32 weight_scale [N].
 
-    out / workspace / silu as for launch_nvfp4_gemv."""
+    out / workspace / silu / norm as for launch_nvfp4_gemv."""
     N, K = weight.shape
     _check_gemv_inputs(x, N, K, config, bias, residual)
     if weight.stride(1) != 1:
@@ -1030,7 +1102,29 @@ def launch_fp8_gemv(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
             or tuple(weight_scale.shape) != (N,)):
         raise ValueError("fp8 weight must be e4m3 [N, K] with f32 weight_scale [N].")
     return _run_gemv(fp8_gemv_kernel, x, (weight, weight_scale), (weight.stride(0),), N, K, _fp8_path(config), bias,
-                     residual, out, workspace, pdl, silu)
+                     residual, out, workspace, pdl, silu, norm)
+
+
+def launch_splitk_reduce_norm(partials: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                              offset: float = 0.0, out: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                              pdl: bool = False) -> torch.Tensor:
+    """out bf16 [M, N] = rms_norm(residual + (partials.sum(0) (+ bias)) rounded to bf16); residual bf16 [M, N] is
+    updated in place (splitk_reduce_norm_kernel); partials fp32 [SPLIT_K, M, N] contiguous; weight [N]."""
+    split, M, N = partials.shape
+    if offset not in (0.0, 1.0):
+        raise ValueError(f"offset must be 0 or 1, got {offset}")
+    if (residual.dtype != torch.bfloat16 or tuple(residual.shape) != (M, N) or residual.stride(1) != 1
+            or tuple(weight.shape) != (N,)):
+        raise ValueError(f"residual must be bf16 [{M}, {N}] with contiguous rows and weight [{N}], got "
+                         f"{residual.dtype} {list(residual.shape)} and {list(weight.shape)}.")
+    out = torch.empty(M, N, dtype=torch.bfloat16, device=partials.device) if out is None else out
+    config = reduce_norm_config(N)
+    cx = {"PDL": True, "launch_pdl": True} if pdl else {}
+    splitk_reduce_norm_kernel[(M, 1, 1)](
+        partials, bias if bias is not None else out, residual, weight, out, M, N, residual.stride(0), out.stride(0),
+        float(eps), SPLIT_K=split, BLOCK_N=config["BLOCK_N"], HAS_BIAS=bias is not None, OFFSET=int(offset),
+        num_warps=config["num_warps"], num_stages=config["num_stages"], **cx)
+    return out
 
 
 def launch_splitk_reduce(partials: torch.Tensor, out: torch.Tensor, config: dict,

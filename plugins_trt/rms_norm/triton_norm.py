@@ -30,6 +30,23 @@ MAX_N = 8192
 
 
 @triton.jit
+def add_residual(xv, residual, residual_out, mask):
+    """h = xv + residual, rounded to residual_out's dtype and stored there (the new residual stream); returns h
+    as stored, in fp32 (the norm reads that). residual, residual_out: pointer blocks of xv's shape."""
+    h = (xv + tl.load(residual, mask=mask, other=0.0).to(tl.float32)).to(residual_out.dtype.element_ty)
+    tl.store(residual_out, h, mask=mask)
+    return h.to(tl.float32)
+
+
+@triton.jit
+def rms_norm_values(xv, weight, mask, N, eps, OFFSET: tl.constexpr, BLOCK: tl.constexpr):
+    """x̂ · (OFFSET + w) in fp32 of one vector xv fp32 [BLOCK] (zero past N); weight: [N]."""
+    rstd = tl.rsqrt(tl.sum(xv * xv, axis=0) / N + eps)
+    w = tl.load(weight + tl.arange(0, BLOCK), mask=mask, other=0.0).to(tl.float32)
+    return xv * rstd * (OFFSET + w)
+
+
+@triton.jit
 def rms_norm_kernel(
     x, stride_x,                    # [M, G·N] (unit column stride; rows stride_x elements apart)
     residual, stride_r,             # [M, N] read if HAS_RESIDUAL
@@ -53,13 +70,8 @@ def rms_norm_kernel(
     mask = tl.arange(0, BLOCK) < N
     xv = tl.load(x + m * stride_x + col, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
-        rv = tl.load(residual + m * stride_r + col, mask=mask, other=0.0).to(tl.float32)
-        h = (xv + rv).to(residual_out.dtype.element_ty)
-        tl.store(residual_out + m * stride_ro + col, h, mask=mask)
-        xv = h.to(tl.float32)  # the norm reads the new residual as stored
-    rstd = tl.rsqrt(tl.sum(xv * xv, axis=0) / N + eps)
-    w = tl.load(weight + tl.arange(0, BLOCK), mask=mask, other=0.0).to(tl.float32)
-    out = xv * rstd * (OFFSET + w)
+        xv = add_residual(xv, residual + m * stride_r + col, residual_out + m * stride_ro + col, mask)
+    out = rms_norm_values(xv, weight, mask, N, eps, OFFSET, BLOCK)
     if HAS_GATE:
         gv = tl.load(gate + m * stride_g + col, mask=mask, other=0.0).to(tl.float32)
         out = out * (gv * tl.sigmoid(gv))

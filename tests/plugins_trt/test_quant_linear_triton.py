@@ -368,6 +368,36 @@ def test_gemv_silu_interpreter(fmt, split):
 
 
 @cpu_only
+@pytest.mark.parametrize("fmt,split,offset,bias", [("nvfp4", 1, 0, False), ("nvfp4", 2, 1, True),
+                                                   ("fp8", 4, 0, False)])
+def test_gemv_norm_interpreter(fmt, split, offset, bias):
+    """launch_*_gemv(norm=...), the o_proj / down_proj way the build times (interpreted): the decoder's add + RMSNorm
+    in the split-K reduction (splitk_reduce_norm_kernel) where the config splits, the norm kernel after the GEMV
+    where not; either way the runtime's unfused result (the projection, then rms_norm_kernel with the residual) to
+    the bit, the residual stream updated in place alike; a residual of the GEMV's own is refused."""
+    from atlas.plugins_trt.rms_norm.triton_norm import launch_rms_norm
+
+    g = torch.Generator().manual_seed(11 + split)
+    M, N, K = 2, 96, 80
+    qt = to_device(random_weight(fmt, N, K, g))
+    x = torch.randn(M, K, generator=g).bfloat16().to(DEVICE)
+    b = torch.randn(N, generator=g).bfloat16().to(DEVICE) if bias else None
+    weight = (torch.rand(N, generator=g) + 0.5).to(DEVICE)
+    residual = torch.randn(M, N, generator=g).bfloat16().to(DEVICE)
+    cfg = _cfg(4, bk=64 if fmt == "fp8" else 32, split=split)  # fp8 M > 1: the tensor-core path
+    launch = GV.launch_nvfp4_gemv if fmt == "nvfp4" else GV.launch_fp8_gemv
+    w = (qt.weight, qt.weight_scale, qt.weight_scale_2) if fmt == "nvfp4" else (qt.weight, qt.weight_scale)
+    fused_res = residual.clone()
+    got = launch(x, *w, cfg, b, norm=(fused_res, weight, 1e-6, offset))
+    plain_res = residual.clone()
+    want = launch_rms_norm(launch(x, *w, cfg, b), weight, 1e-6, offset, residual=plain_res)
+    assert not got.isnan().any() and torch.equal(fused_res, plain_res) and torch.equal(got, want)
+    assert not torch.equal(fused_res, residual)
+    with pytest.raises(ValueError, match="residual is norm's own"):
+        launch(x, *w, cfg, None, residual, norm=(fused_res, weight, 1e-6, offset))
+
+
+@cpu_only
 def test_fp8_cublas_gemm_interpreter():
     """The CUBLAS way of W8A8: the quantization kernel (interpreter), then torch._scaled_mm with row-wise scales;
     N and K not multiples of 16 are refused with a clear error."""
