@@ -37,6 +37,8 @@ from atlas.runtime.layout import canonical_shapes
 log = logging.getLogger(__name__)
 KERNEL_FORMATS = ("nvfp4", "fp8")
 CANDIDATES_PER_BUCKET = 16
+NORM_EPS = 1e-6
+"""The RMSNorm epsilon the search times the residual projections' norm with (any small value times the same)."""
 """GEMV configs timed per bucket, shared evenly over the ways (plain / pipelined CUDA cores, tensor cores, Gluon); the
 Gluon ways won all 30 NVFP4 GEMV cases of tools/results/gemm.json, so it is high enough for them to get several."""
 SM_COUNT = 132  # H200; the heuristic only needs the order of magnitude
@@ -70,6 +72,14 @@ def gate_up_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> set[t
     shapes = canonical_shapes(config)
     return {(fmt, *shapes[f"{prefix}.weight"]) for prefix, fmt in weight_formats.items()
             if fmt in KERNEL_FORMATS and prefix.endswith("mlp.gate_up_proj")}
+
+
+def residual_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> set[tuple[str, int, int]]:
+    """(format, N, K) of the projections into the residual stream (o_proj, down_proj, the GDN out_proj), whose
+    split-K GEMVs also get a reduction with the decoder's add + RMSNorm fused."""
+    shapes = canonical_shapes(config)
+    return {(fmt, *shapes[f"{prefix}.weight"]) for prefix, fmt in weight_formats.items()
+            if fmt in KERNEL_FORMATS and prefix.endswith(("attn.o_proj", "mlp.down_proj", "gdn.out_proj"))}
 
 
 def is_tiled(fmt: str, n: int, k: int) -> bool:
@@ -195,34 +205,46 @@ def _tuning_inputs(fmt: str, bucket: int, n: int, k: int, candidates: list[dict]
     return qt, x, ref
 
 
-def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict, silu: bool = False):
-    """The launch the build times for one candidate (a function of no arguments returning y). silu: a gate_up
-    GEMV, timed with its activation as the runtime runs it (fused into a split-K reduction, else silu_mul after)."""
+def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict, then: str | None = None, norm: tuple | None = None):
+    """The launch the build times for one candidate (a function of no arguments returning y). then: what follows
+    a GEMV at run time, timed with it as the runtime runs it (fused into a split-K reduction where the candidate
+    splits, else a kernel after): "silu" (a gate_up projection: SiLU-mul) or "norm" (a projection into the residual
+    stream: the decoder's add + RMSNorm, norm = (residual, weight, eps, offset))."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
     if bucket in GEMV_BUCKETS:
+        extra = {"silu": then == "silu", "norm": norm if then == "norm" else None}
         if fmt == "nvfp4":
             return lambda: gemv.launch_nvfp4_gemv(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg, pdl=True,
-                                                  silu=silu)
-        return lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True, silu=silu)
+                                                  **extra)
+        return lambda: gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, pdl=True, **extra)
     if fmt == "nvfp4":
         return lambda: gemm.launch_nvfp4_gemm(x, qt.weight, qt.weight_scale, qt.weight_scale_2, cfg)
     return lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg)
 
 
-def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], silu: bool = False) -> dict:
+def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None = None) -> dict:
     """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT).
-    silu: a gate_up GEMV bucket, timed and checked with its activation (_candidate_call)."""
+    then: "silu" or "norm", a GEMV bucket timed and checked with what follows it (_candidate_call)."""
     import triton.testing
 
+    from atlas.plugins_trt.rms_norm.reference import rms_norm
+
     qt, x, ref = _tuning_inputs(fmt, bucket, n, k, candidates)
-    if silu:
+    residual = weight = None
+    if then == "silu":
         ref = torch.nn.functional.silu(ref[:, :n // 2]) * ref[:, n // 2:]
+    elif then == "norm":  # a residual stream and a norm weight of the real size, the norm of their sum
+        residual = torch.randn(bucket, n, device="cuda", dtype=torch.bfloat16)
+        weight = torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5
+        ref = rms_norm(ref + residual.float(), weight, NORM_EPS)
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
-        fn = _candidate_call(fmt, bucket, qt, x, cfg, silu)
+        # the norm updates its residual in place: each candidate's check starts from the same one
+        norm = (residual.clone(), weight, NORM_EPS, 0.0) if then == "norm" else None
+        fn = _candidate_call(fmt, bucket, qt, x, cfg, then, norm)
         try:
             y = fn().float()
             if not float((y - ref).norm() / ref.norm()) < bound:  # a config that computes wrong here is skipped
@@ -361,6 +383,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     cases = [(fmt, bucket, n, k) for fmt, n, k in linear_shapes(config, weight_formats)
              for bucket in GEMV_BUCKETS + GEMM_BUCKETS]
     silu_shapes = gate_up_shapes(config, weight_formats)
+    norm_shapes = residual_shapes(config, weight_formats)
+    followed = {**{sh: "norm" for sh in norm_shapes}, **{sh: "silu" for sh in silu_shapes}}  # what a GEMV is timed with
     cached = {c: cache.get(*c) for c in cases} if (tune and cache is not None) else {}
     todo = {c: candidates(*c) for c in cases if cached.get(c) is None}  # what is timed (or, untuned, taken first)
     chosen = {c: cfg for c, cfg in cached.items() if cfg is not None}
@@ -372,7 +396,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 torch.cuda.empty_cache()  # this process's cached blocks back to the driver, for the workers
                 precompile([(*c, todo[c]) for c in group])
                 for c in group:  # timed and written to the cache as it goes: a stopped build keeps them
-                    chosen[c] = _tune(*c, todo[c], silu=c[1] in GEMV_BUCKETS and shape in silu_shapes)
+                    chosen[c] = _tune(*c, todo[c], then=followed.get(shape) if c[1] in GEMV_BUCKETS else None)
                     if cache is not None:
                         cache.put(*c, chosen[c])
                 log.info("%s %dx%d: %d buckets chosen, %.0f s into the search", *shape, len(group),
@@ -383,8 +407,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
         entry = plan.setdefault(shape_key(fmt, n, k), {})
         cfg = chosen[(fmt, bucket, n, k)]
         tag = "_".join(f"{v}" for v in cfg.values())
-        item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None, "quant": None,
-                "perm": None}
+        item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None,
+                "reduce_norm": None, "quant": None, "perm": None}
         if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
             from atlas.plugins_trt.quant_linear import gluon_streamk
             item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
@@ -434,6 +458,10 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 ssig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n // 2, pdl=True, silu=True)
                 item["reduce_silu"] = add(ssig, f"splitk_reduce_silu.{cfg['SPLIT_K']}x{n // 2}",
                                           gemv.grid_splitk_reduce(rcfg, bucket, n // 2))
+            if bucket in GEMV_BUCKETS and (fmt, n, k) in norm_shapes:  # CudaLinear.fuses_norm
+                offset = int(config.norm_offset)
+                nsig = gemv.signature_splitk_reduce_norm(cfg["SPLIT_K"], n, offset, pdl=True)
+                item["reduce_norm"] = add(nsig, f"splitk_reduce_norm.{cfg['SPLIT_K']}x{n}.{offset}", (bucket, 1, 1))
         if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
             bk = cfg["BLOCK_K"]
             item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",

@@ -57,6 +57,14 @@ class CudaOps:
                             pdl=self.pdl)
         return y, residual
 
+    def project_add_rms_norm(self, proj, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
+        """add_rms_norm(proj(x), residual, weight): in the projection's split-K reduction where its plan compiled
+        that (CudaLinear.fuses_norm: one launch fewer, the same bits), else the projection then add_rms_norm."""
+        fuses = getattr(proj, "fuses_norm", None)
+        if fuses is not None and fuses(x.shape[0]):
+            return proj(x, norm=(residual, weight, self.c.rms_norm_eps)), residual
+        return self.add_rms_norm(proj(x), residual, weight)
+
     def attention(self, qkv: torch.Tensor, kv: LayerKV, step: StepInputs, q_norm, k_norm) -> torch.Tensor:
         c = self.c
         T = qkv.shape[0]

@@ -62,6 +62,10 @@ class ReferenceOps:
         """silu(gate) * up of the [gate | up] projection of h."""
         return self.silu_mul(gate_up_proj(h))
 
+    def project_add_rms_norm(self, proj, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
+        """add_rms_norm of the projection proj(x) into the residual stream."""
+        return self.add_rms_norm(proj(x), residual, weight)
+
     def gdn(self, proj: torch.Tensor, layer: "PagedGDN", pool: LayerState, step: StepInputs) -> torch.Tensor:
         """in_proj output [T, gdn_in_proj_size] -> gated-normed o [T, gdn_value_size]; advances each slot."""
         c = self.c
@@ -138,12 +142,12 @@ class PagedModel:
             if layer.kind == ATTENTION:
                 o = ops.attention(layer.qkv_proj(h), kv.layers[self.attn_index[i]], step, layer.q_norm,
                                   layer.k_norm)
-                h = layer.o_proj(o)
+                h, residual = ops.project_add_rms_norm(layer.o_proj, o, residual, layer.post_norm)
             else:
-                h = layer.gdn.out_proj(ops.gdn(layer.gdn.in_proj(h), layer.gdn, states.layers[i], step))
-            h, residual = ops.add_rms_norm(h, residual, layer.post_norm)
-            h = layer.down_proj(ops.gate_up_silu(layer.gate_up_proj, h))
+                o = ops.gdn(layer.gdn.in_proj(h), layer.gdn, states.layers[i], step)
+                h, residual = ops.project_add_rms_norm(layer.gdn.out_proj, o, residual, layer.post_norm)
             following = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.norm
-            h, residual = ops.add_rms_norm(h, residual, following)
+            h, residual = ops.project_add_rms_norm(layer.down_proj, ops.gate_up_silu(layer.gate_up_proj, h),
+                                                   residual, following)
         last = h[step.last_rows.long()]  # last: [B, H] final-normed hidden state of each sequence's last token
         return self.lm_head(last).float()

@@ -342,10 +342,10 @@ if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels
 fi
 if [ "$what" = newtests ]; then  # the GPU tests written 2026-12-07 (third session): GPU quantization bit for bit,
     # synthetic weights drawn on the GPU, the decode-step kernel profile, an autotuned build and its tuning cache,
-    # SiLU-mul fused into the gate_up split-K reduction
+    # SiLU-mul fused into the gate_up split-K reduction, the add + RMSNorm fused into the residual projections' one
     timeout ${NEWTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/build_engine/test_quantize.py \
         tests/tools/test_synthetic.py tests/runtime/test_bench.py tests/runtime/test_linear_cuda.py \
-        -k "gpu_quantization or cuda_drawn or small_engine or autotuned or fused_silu" 2>&1 | tee "$out/pytest_new_gpu.log" | tail -15
+        -k "gpu_quantization or cuda_drawn or small_engine or autotuned or fused_silu or fused_norm" 2>&1 | tee "$out/pytest_new_gpu.log" | tail -15
 fi
 if [ "$what" = smollm2 ]; then  # the default model's GPU test. The GGUF (94 MB) is over the carry limit, so it
     # comes in two halves on two calls to a warm machine (ignored paths stay there between calls):

@@ -74,9 +74,11 @@ class CudaLinear:
         params = self.kernels.params(name)
         self.kernels.launch(name, None, *(args[p] for p, _ in params))
 
-    def _launch_split(self, entry: dict, out: torch.Tensor, silu: bool = False, **args) -> None:
+    def _launch_split(self, entry: dict, out: torch.Tensor, silu: bool = False, norm: tuple | None = None,
+                      **args) -> None:
         """A bucket's kernel (a GEMV, or the wgmma GEMM) into out, or with SPLIT_K > 1 into fp32 partials the reduction
-        sums (+ bias); silu: the reduction that also applies SiLU-mul (out [M, N / 2])."""
+        sums (+ bias); silu: the reduction that also applies SiLU-mul (out [M, N / 2]); norm (residual, weight,
+        eps): the reduction into the residual stream that also applies the decoder's add + RMSNorm."""
         split = entry["config"].get("SPLIT_K", 1)
         if split == 1:
             self._launch(entry["kernel"], out_ptr=out, **args)
@@ -84,17 +86,31 @@ class CudaLinear:
         m, n = out.shape
         part = torch.empty(split, m, self.n, device=out.device, dtype=torch.float32)
         self._launch(entry["kernel"], out_ptr=part, **args)
+        if norm is not None:
+            residual, weight, eps = norm
+            self._launch(entry["reduce_norm"], part_ptr=part, bias_ptr=None, res_ptr=residual, w_ptr=weight,
+                         out_ptr=out, M=m, N=n, stride_rm=residual.stride(0), stride_om=n, eps=eps)
+            return
         self._launch(entry["reduce_silu" if silu else "reduce"], part_ptr=part, bias_ptr=self.bias, res_ptr=None,
                      out_ptr=out, M=m, N=n, stride_rm=0, stride_om=n)
 
     def fuses_silu(self, m: int) -> bool:
         """Whether M = m rows end in a split-K reduction with SiLU-mul fused (a gate_up projection whose plan
         compiled one for that bucket; build_engine/linear_kernels.py): then self(x, silu=True) = silu(gate) * up."""
+        return self._fuses("reduce_silu", m)
+
+    def fuses_norm(self, m: int) -> bool:
+        """Whether M = m rows end in a split-K reduction into the residual stream with the decoder's add + RMSNorm
+        fused (a residual projection whose plan compiled one for that bucket): then self(x, norm=(residual, weight,
+        eps)) = rms_norm(residual + x @ W.T), residual updated in place (CudaOps.add_rms_norm's result, to the bit)."""
+        return self._fuses("reduce_norm", m)
+
+    def _fuses(self, reduction: str, m: int) -> bool:
         if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
             return False
         entry = self.plan[str(bucket_for(m))]
         cfg = entry["config"]
-        return bool(entry.get("reduce_silu")) and cfg.get("SPLIT_K", 1) > 1 and not cfg.get("STREAMK")
+        return bool(entry.get(reduction)) and cfg.get("SPLIT_K", 1) > 1 and not cfg.get("STREAMK")
 
     def _launch_sk(self, entry: dict, x: torch.Tensor, out: torch.Tensor, common: dict) -> None:
         """gluon_gemm.nvfp4_gemm_wgmma_sk_kernel or (WS) gluon_ws.nvfp4_gemm_rs_sk_kernel on x in its k order: whole
@@ -148,8 +164,9 @@ class CudaLinear:
             dequant_matmul(x, work[: n1 - n0], None if self.bias is None else self.bias[n0:n1], None,
                            out[:, n0:n1])
 
-    def __call__(self, x: torch.Tensor, silu: bool = False) -> torch.Tensor:
-        """x: [M, K] bf16 contiguous -> [M, N] bf16; silu (where fuses_silu(M)): silu(gate) * up, [M, N / 2]."""
+    def __call__(self, x: torch.Tensor, silu: bool = False, norm: tuple | None = None) -> torch.Tensor:
+        """x: [M, K] bf16 contiguous -> [M, N] bf16; silu (where fuses_silu(M)): silu(gate) * up, [M, N / 2];
+        norm (residual, weight, eps) (where fuses_norm(M)): the decoder's add + RMSNorm of the projection."""
         if self.fmt in ("bfloat16", "float32"):
             return F.linear(x, self.weight.to(x.dtype), self.bias)
         m = x.shape[0]
@@ -157,6 +174,8 @@ class CudaLinear:
         entry = self.plan[bucket]
         if silu and not self.fuses_silu(m):
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused SiLU-mul at M = {m}")
+        if norm is not None and not self.fuses_norm(m):
+            raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused add + RMSNorm at M = {m}")
         out = torch.empty(m, self.n // 2 if silu else self.n, device=x.device, dtype=torch.bfloat16)
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n, **self._weights())
@@ -165,7 +184,7 @@ class CudaLinear:
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
                          **common)
         elif m <= GEMV_BUCKETS[-1]:
-            self._launch_split(entry, out, silu=silu, x_ptr=x, **common)
+            self._launch_split(entry, out, silu=silu, norm=norm, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):
             self._dequant_linear(entry, x, out)
         elif self.fmt == "nvfp4" and entry["config"].get("SK"):  # a persistent GEMM (+ its reduction)

@@ -26,19 +26,20 @@ def no_gpu_work(monkeypatch):
     (not the heuristic's first), compiles return their names."""
     class Timed(list):
         precompiled: list
-        with_silu: list
+        followed: list
 
     timed = Timed()
-    timed.with_silu = []
+    timed.followed = []
 
-    def fake_tune(fmt, bucket, n, k, candidates, silu=False):
+    def fake_tune(fmt, bucket, n, k, candidates, then=None):
         timed.append((fmt, n, k, bucket))
-        if silu:
-            timed.with_silu.append((fmt, n, k, bucket))
+        if then:
+            timed.followed.append((then, fmt, n, k, bucket))
         return candidates[-1]
 
     monkeypatch.setattr(linear_kernels, "linear_shapes", lambda config, formats: SHAPES)
     monkeypatch.setattr(linear_kernels, "gate_up_shapes", lambda config, formats: set())
+    monkeypatch.setattr(linear_kernels, "residual_shapes", lambda config, formats: set())
     monkeypatch.setattr(linear_kernels, "_tune", fake_tune)
     precompiled = []
 
@@ -57,8 +58,8 @@ def no_gpu_work(monkeypatch):
     return timed
 
 
-def plan(cache):
-    return linear_kernels.linear_kernel_list(None, {}, tune=True, cache=cache)[1]
+def plan(cache, config=None):
+    return linear_kernels.linear_kernel_list(config, {}, tune=True, cache=cache)[1]
 
 
 def configs(p):
@@ -129,7 +130,7 @@ def test_an_unreadable_cache_is_a_build_error_that_says_what_to_do(tmp_path, tex
 def test_a_stopped_search_keeps_what_it_timed(no_gpu_work, tmp_path, monkeypatch):
     """The search times one weight shape after another and writes each choice at once: a build stopped in the
     second shape (a device call's time limit) leaves the first shape's choices for the next build."""
-    def stopped(fmt, bucket, n, k, candidates, silu=False):
+    def stopped(fmt, bucket, n, k, candidates, then=None):
         if fmt == "nvfp4":
             raise KeyboardInterrupt
         no_gpu_work.append((fmt, n, k, bucket))
@@ -142,7 +143,7 @@ def test_a_stopped_search_keeps_what_it_timed(no_gpu_work, tmp_path, monkeypatch
     kept = json.loads(path.read_text())["entries"]
     assert len(kept) == len(BUCKETS) and all("|fp8:128x256|" in key for key in kept)
     no_gpu_work.clear()
-    monkeypatch.setattr(linear_kernels, "_tune", lambda fmt, bucket, n, k, c, silu=False: no_gpu_work.append(bucket) or c[-1])
+    monkeypatch.setattr(linear_kernels, "_tune", lambda fmt, bucket, n, k, c, then=None: no_gpu_work.append(bucket) or c[-1])
     cache = TuningCache(path, "NVIDIA H200", "3.6.0")
     plan(cache)
     assert cache.hits == len(BUCKETS) and cache.misses == len(BUCKETS) == len(no_gpu_work)
@@ -160,9 +161,12 @@ def test_precompile_workers_fit_the_gpu_memory(monkeypatch):
     assert pre.workers_that_fit(jobs(248320, 5120)) == 0
 
 
-def test_gate_up_gemv_buckets_are_timed_with_their_activation(no_gpu_work, tmp_path, monkeypatch):
-    """A gate_up projection's GEMV buckets are timed as the runtime runs them, SiLU-mul included (fused into the
-    split-K reduction, or after): its GEMM buckets and every other shape are timed alone."""
+def test_gemv_buckets_are_timed_with_what_follows_them(no_gpu_work, tmp_path, monkeypatch):
+    """A gate_up projection's GEMV buckets are timed as the runtime runs them, SiLU-mul included, and a residual
+    projection's with the decoder's add + RMSNorm (fused into the split-K reduction, or after): their GEMM buckets
+    are timed alone."""
     monkeypatch.setattr(linear_kernels, "gate_up_shapes", lambda config, formats: {SHAPES[1]})
-    plan(TuningCache(tmp_path / "cache.json", "NVIDIA H200", "3.6.0"))
-    assert no_gpu_work.with_silu == [(*SHAPES[1], b) for b in linear_kernels.GEMV_BUCKETS]
+    monkeypatch.setattr(linear_kernels, "residual_shapes", lambda config, formats: {SHAPES[0]})
+    plan(TuningCache(tmp_path / "cache.json", "NVIDIA H200", "3.6.0"), types.SimpleNamespace(norm_offset=0.0))
+    assert sorted(no_gpu_work.followed) == sorted([("norm", *SHAPES[0], b) for b in linear_kernels.GEMV_BUCKETS]
+                                                  + [("silu", *SHAPES[1], b) for b in linear_kernels.GEMV_BUCKETS])

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -146,10 +147,15 @@ def test_cuda_build_compiles_every_kernel(cuda_engines):
         for entry in plan.values():
             assert set(entry) == {"1", "2", "4", "8", "16", "64", "256", "2048"}
             for item in entry.values():
-                for role in ("kernel", "reduce", "reduce_silu", "quant"):
+                for role in ("kernel", "reduce", "reduce_silu", "reduce_norm", "quant"):
                     if item[role]:
                         cubin = result.path / "kernels" / table["kernels"][item[role]]["cubin"]
                         assert cubin.is_file() and m["files"][f"kernels/{table['kernels'][item[role]]['cubin']}"]
+        # the fused reductions exist where the runtime takes them: gate_up (SiLU-mul) and the residual
+        # projections (add + RMSNorm) where a GEMV bucket splits K
+        fused = {role: {key for key, entry in plan.items() for item in entry.values() if item[role]}
+                 for role in ("reduce_silu", "reduce_norm")}
+        assert fused["reduce_silu"] and fused["reduce_norm"] and not fused["reduce_silu"] & fused["reduce_norm"]
         fmts = {f for p, f in m["weight_formats"].items() if p != "embed"}
         assert {k.split(":")[0] for k in plan} == fmts - {"bfloat16"}
 
@@ -311,6 +317,48 @@ def test_fused_silu_only_where_the_plan_compiled_it():
     assert torch.equal(ops.gate_up_silu(Proj(), torch.zeros(2, 4)), torch.full((2, 4), 6.0)) and calls[-1] is False
 
 
+def test_fused_norm_only_where_the_plan_compiled_it():
+    """CudaLinear.fuses_norm: a quantized GEMV bucket whose plan names a reduction with the add + RMSNorm fused, no
+    bias, not the stream-K form; CudaOps.project_add_rms_norm takes it there (the residual updated by the
+    projection's reduction) and the plain projection + add_rms_norm elsewhere."""
+    from atlas.runtime.cuda_ops import CudaOps
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    split = {"config": {"SPLIT_K": 4}, "kernel": "k", "reduce": "r", "reduce_norm": "rn"}
+    plan = {"1": split, "2": {**split, "reduce_norm": None}, "4": {"config": {"STREAMK": 2, "BLOCK_N": 64},
+                                                                  "kernel": "s", "reduce_norm": "rn"},
+            "8": {"config": {"SPLIT_K": 1}, "kernel": "k", "reduce_norm": None}, "16": split,
+            "64": {"config": {}, "kernel": "g"}}
+    t = {"weight": torch.zeros(128, 32, dtype=torch.uint8), "weight_scale": torch.ones(128, 4),
+         "weight_scale_2": torch.ones(128)}
+    layer = CudaLinear("nvfp4", t, object(), plan)
+    assert [layer.fuses_norm(m) for m in (1, 2, 3, 5, 16, 17)] == [True, False, False, False, True, False]
+    assert not CudaLinear("nvfp4", t, object(), plan, bias=torch.zeros(128)).fuses_norm(1)
+    assert not layer.fuses_silu(1)  # each reduction is its own
+
+    calls = []
+
+    class Proj:
+        def fuses_norm(self, m):
+            return m == 1
+
+        def __call__(self, x, norm=None):
+            calls.append(norm)
+            if norm is not None:
+                norm[0].add_(1.0)
+            return torch.full((x.shape[0], 8), 2.0)
+
+    ops = CudaOps.__new__(CudaOps)
+    ops.c = types.SimpleNamespace(rms_norm_eps=1e-5)
+    ops.add_rms_norm = lambda x, residual, weight: (x * weight, residual.add_(x))
+    residual, weight = torch.zeros(1, 8), torch.full((8,), 3.0)
+    y, r = ops.project_add_rms_norm(Proj(), torch.zeros(1, 4), residual, weight)
+    assert r is residual and torch.equal(residual, torch.ones(1, 8)) and calls[0][1:] == (weight, 1e-5)
+    residual = torch.zeros(2, 8)
+    y, r = ops.project_add_rms_norm(Proj(), torch.zeros(2, 4), residual, weight)
+    assert calls[-1] is None and torch.equal(y, torch.full((2, 8), 6.0)) and torch.equal(r, torch.full((2, 8), 2.0))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["nvfp4", "fp8"])
 @pytest.mark.parametrize("m", [1, 3, 16])
@@ -327,5 +375,32 @@ def test_fused_silu_is_the_plain_way_to_the_bit(name, m, cuda_engines):
         x = torch.randn(m, layer.k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).to(torch.bfloat16)
         if layer.fuses_silu(m):
             assert torch.equal(layer(x, silu=True), launch_silu_mul(layer(x))), prefix
+            fused += 1
+    assert fused
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["nvfp4", "fp8"])
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_fused_norm_is_the_plain_way_to_the_bit(name, m, cuda_engines):
+    """Every residual projection (o_proj, down_proj, the GDN out_proj) whose bucket fuses the add + RMSNorm into its split-K reduction
+    gives the plain projection then CudaOps.add_rms_norm exactly, the residual stream alike."""
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.cuda_ops import CudaOps
+
+    engine = load_cuda_engine(cuda_engines[name].path)
+    ops = CudaOps(engine.config, engine.kernels)
+    fused = 0
+    for prefix in (p for p in engine.manifest["weight_formats"] if p.endswith(("o_proj", "down_proj", "out_proj"))):
+        layer = engine.linear(engine.weights, prefix)
+        g = torch.Generator("cuda").manual_seed(m)
+        x = torch.randn(m, layer.k, device="cuda", generator=g).to(torch.bfloat16)
+        residual = torch.randn(m, layer.n, device="cuda", generator=g).to(torch.bfloat16)
+        weight = engine.weights[prefix.rsplit(".", 2)[0] + ".post_norm.weight"]
+        if layer.fuses_norm(m):
+            fused_res, plain_res = residual.clone(), residual.clone()
+            got = layer(x, norm=(fused_res, weight, engine.config.rms_norm_eps))
+            want, _ = ops.add_rms_norm(layer(x), plain_res, weight)
+            assert torch.equal(got, want) and torch.equal(fused_res, plain_res), prefix
             fused += 1
     assert fused
