@@ -71,7 +71,7 @@ def _prefill(runner, prompts: list[list[int]]) -> tuple[list[int], list[int]]:
     chunk = runner.options.prefill_chunk
     tokens = []
     for s, p in zip(ids, prompts):
-        for i in range(0, prompt_len, chunk):
+        for i in range(0, len(p), chunk):
             first = runner.step(StepBatch((s,), (tuple(p[i:i + chunk]),)))
         tokens.append(first[0])
     return ids, tokens

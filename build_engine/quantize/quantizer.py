@@ -12,6 +12,13 @@ E4M3_MIN_SUBNORMAL = 2.0 ** -9
 _CHUNK_ELEMENTS = 1 << 25
 
 
+def _div(a: torch.Tensor, b: float) -> torch.Tensor:
+    """a / b rounded as IEEE division, on any device. On CUDA, torch turns a tensor divided by a Python number into
+    a times the reciprocal of b (one more rounding, 1 ulp off on some values), so b goes in as a tensor on a's
+    device: the GPU's scales are the CPU's bits."""
+    return a / torch.tensor(b, dtype=a.dtype, device=a.device)
+
+
 def quantize(w: torch.Tensor, fmt: str, device: str | torch.device = "cpu") -> QTensor:
     """W [N, K] (any float dtype) -> QTensor in fmt on `device`, where the arithmetic runs; float formats are a
     plain cast, left where W is.
@@ -34,7 +41,7 @@ def quantize(w: torch.Tensor, fmt: str, device: str | torch.device = "cpu") -> Q
 def quantize_fp8(w: torch.Tensor) -> QTensor:
     """Per-output-channel E4M3: scale[n] = amax|W[n]| / 448 (1 for zero rows), q = W / scale."""
     amax = w.abs().amax(dim=1)  # [N]
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    scale = torch.where(amax > 0, _div(amax, FP8_MAX), torch.ones_like(amax))
     q = (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return QTensor("fp8", q, scale)
 
@@ -50,7 +57,7 @@ def quantize_fp8_block(w: torch.Tensor) -> QTensor:
     padded[:n, :k] = w
     tiles = padded.view(nb, FP8_BLOCK, kb, FP8_BLOCK)
     amax = tiles.abs().amax(dim=(1, 3))  # [nb, kb]
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    scale = torch.where(amax > 0, _div(amax, FP8_MAX), torch.ones_like(amax))
     q = (tiles / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).view_as(padded)[:n, :k]
     return QTensor("fp8_block", q.to(FP8).contiguous(), scale)
 
@@ -71,7 +78,7 @@ def quantize_nvfp4(w: torch.Tensor) -> QTensor:
     rows = max(1, _CHUNK_ELEMENTS // k)  # rows a chunk: the encoding's int64 temporaries stay ~0.3 GB, not 8 bytes x W
     chunks = [w[r:r + rows] for r in range(0, n, rows)]
     amax = torch.stack([c.abs().amax() for c in chunks]).amax()
-    g = amax / (E2M1_MAX * FP8_MAX) if amax > 0 else torch.tensor(1.0, device=w.device)  # zero tensor: codes 0
+    g = _div(amax, E2M1_MAX * FP8_MAX) if amax > 0 else torch.tensor(1.0, device=w.device)  # zero tensor: codes 0
     packed = torch.empty(n, k // 2, dtype=torch.uint8, device=w.device)
     scales = torch.empty(n, k // NVFP4_BLOCK, dtype=FP8, device=w.device)
     for r, chunk in zip(range(0, n, rows), chunks):

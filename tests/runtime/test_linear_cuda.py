@@ -389,7 +389,7 @@ def test_fused_norm_is_the_plain_way_to_the_bit(name, m, cuda_engines):
     from atlas.runtime.cuda_ops import CudaOps
 
     engine = load_cuda_engine(cuda_engines[name].path)
-    ops = CudaOps(engine.config, engine.kernels)
+    ops = CudaOps(engine.config, engine.aot)
     fused = 0
     for prefix in (p for p in engine.manifest["weight_formats"] if p.endswith(("o_proj", "down_proj", "out_proj"))):
         layer = engine.linear(engine.weights, prefix)
