@@ -173,7 +173,13 @@ def bench(runner, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats
     """Median of `repeats` runs per batch size, with the copy bandwidth measured first."""
     from atlas.tools.bench.timing import copy_bandwidth
 
-    bandwidth = copy_bandwidth()
+    # the engine's KV pool holds most of the GPU: the copy takes what is free (up to its 4 GiB, at least 256 MiB)
+    free = torch.cuda.mem_get_info()[0]
+    nbytes = min(4 * 2**30, (free * 3 // 4) // 2**20 * 2**20)
+    if nbytes < 2**28:
+        raise RuntimeError(f"{free / 2**20:.0f} MiB free on the GPU: too little to measure the copy bandwidth; "
+                           f"build the engine with a smaller --max-batch or --max-seq-len")
+    bandwidth = copy_bandwidth(nbytes)
     cases = []
     for b in batch_sizes:
         runs = [run_case(runner, b, prompt_len, gen_len, bandwidth, seed=r) for r in range(repeats)]
