@@ -23,8 +23,15 @@ source tools/gpu_env.sh
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 what=${1:-all}
-python3 -c "import pytest" 2>/dev/null || {
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site2 .whl/extra/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site2; }
+# what the box may lack, from .whl/extra (staged here with `pip download --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl/extra pytest==8.3.4 pluggy==1.5.0 iniconfig==2.0.0
+# gguf==0.19.0`): pytest for the tests, gguf for the default model's GGUF (the smollm2 test)
+for need in "pytest pytest pluggy iniconfig" "gguf gguf"; do
+    set -- $need; module=$1; shift
+    python3 -c "import $module" 2>/dev/null && continue
+    for w in "$@"; do ls .whl/extra/$w-*.whl; done | xargs -r python3 -m pip install -q --no-index --no-deps \
+        --target /tmp/site2 && export PYTHONPATH=$PYTHONPATH:/tmp/site2
+done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 if [ "$what" = tests ] || [ "$what" = all ]; then
     python3 -m pytest -q -m gpu -p no:cacheprovider tests/build_engine/test_aot_kernels.py \
