@@ -111,16 +111,24 @@ def run_case(runner, batch: int, prompt_len: int, gen_len: int, bandwidth: float
     return BenchCase(batch, prompt_len, gen_len, ttft, tpot, batch / tpot, nbytes, floor, floor / tpot)
 
 
-def kernel_table(kernels: list[tuple[str, float]], steps: int, wall_s: float) -> dict:
-    """Per-step figures from (name, microseconds) of every GPU activity over `steps` decode steps that took wall_s:
-    each name's launches and microseconds a step (largest first), their sum, the step's wall time, and the GPU's
-    idle share (the gaps between kernels that neither the graph nor programmatic dependent launch hid)."""
-    by_name: dict[str, list[float]] = {}
-    for name, us in kernels:
+def kernel_table(kernels: list[tuple[str, float, float]], steps: int, wall_s: float) -> dict:
+    """Per-step figures from (name, start us, end us) of every GPU activity over `steps` decode steps that took
+    wall_s: each name's launches and microseconds a step (largest first), their sum, the step's wall time, and the
+    GPU's idle share (the gaps between kernels that neither the graph nor programmatic dependent launch hid).
+
+    A kernel's microseconds are its own share of the timeline: from the end of what finished before it (or its
+    start, if later) to its end. Under programmatic dependent launch a kernel starts while its predecessor runs and
+    waits for it, so its duration ("resident_us") counts its predecessor's time too; the shares add up to the busy
+    time instead, and say what a step would save if the kernel took no time."""
+    by_name: dict[str, list[tuple[float, float]]] = {}
+    done = float("-inf")  # the latest end so far (one stream: kernels finish in order)
+    for name, start, end in sorted(kernels, key=lambda e: (e[2], e[1])):
         # C++ signatures (cuBLAS) and copies ("Memcpy HtoD (Pinned -> Device)") cut at "("
         short = name.split("(")[0].removeprefix("void ").strip()[:90]
-        by_name.setdefault(short, []).append(us)
-    rows = sorted(({"name": n, "launches": len(v) / steps, "us": sum(v) / steps} for n, v in by_name.items()),
+        by_name.setdefault(short, []).append((max(0.0, end - max(start, done)), end - start))
+        done = max(done, end)
+    rows = sorted(({"name": n, "launches": len(v) / steps, "us": sum(u for u, _ in v) / steps,
+                    "resident_us": sum(r for _, r in v) / steps} for n, v in by_name.items()),
                   key=lambda r: -r["us"])
     busy = sum(r["us"] for r in rows)
     step_us = wall_s / steps * 1e6
@@ -150,7 +158,8 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
     finally:
         for s in ids:
             runner.free(s)
-    events = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    events = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+              if e.device_type == DeviceType.CUDA]
     return {"batch": batch, "prompt_len": prompt_len, **kernel_table(events, steps, wall)}
 
 
@@ -160,12 +169,14 @@ def profile_text(p: dict, rows: int = 15) -> str:
         return f"no kernel profile at batch {p['batch']}: {p['error']}"
     lines = [f"decode step at batch {p['batch']} under the profiler: {p['step_us']:.0f} us, kernels "
              f"{p['kernel_us']:.0f} us, GPU idle {p['idle_fraction']:.1%}",
-             f"{'us/step':>9} {'launches':>8}  kernel"]
-    lines += [f"{r['us']:>9.1f} {r['launches']:>8.1f}  {r['name']}" for r in p["kernels"][:rows]]
+             f"{'us/step':>9} {'resident':>9} {'launches':>8}  kernel  (us: its own share of the step; resident: "
+             f"from its start, waits on the kernel before it included)"]
+    lines += [f"{r['us']:>9.1f} {r.get('resident_us', r['us']):>9.1f} {r['launches']:>8.1f}  {r['name']}"
+              for r in p["kernels"][:rows]]
     if len(p["kernels"]) > rows:
         rest = p["kernels"][rows:]
-        lines.append(f"{sum(r['us'] for r in rest):>9.1f} {sum(r['launches'] for r in rest):>8.1f}  "
-                     f"({len(rest)} more kernels)")
+        lines.append(f"{sum(r['us'] for r in rest):>9.1f} {sum(r.get('resident_us', r['us']) for r in rest):>9.1f} "
+                     f"{sum(r['launches'] for r in rest):>8.1f}  ({len(rest)} more kernels)")
     return "\n".join(lines)
 
 

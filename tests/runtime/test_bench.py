@@ -33,17 +33,24 @@ def test_state_bytes_count_kv_at_the_context_and_gdn_state_both_ways():
 
 
 def test_kernel_table_sums_each_kernel_a_step():
-    """Two steps of a cuBLAS GEMV (C++ signature, cut at its arguments), a Triton norm launched twice a step and a
-    copy: per-step launches and microseconds, largest first, and the idle share of the wall time."""
+    """Two steps of a cuBLAS GEMV (C++ signature, cut at its arguments), a Triton norm launched twice a step (the
+    second under programmatic dependent launch: started while the GEMV runs) and a copy: per-step launches and
+    microseconds (each kernel's own share of the timeline, and its resident time), largest first, and the idle
+    share of the wall time."""
     gemv = "void cutlass::Kernel2<cutlass_80_gemv_bf16>(Params, int)"
     copy = "Memcpy HtoD (Pinned -> Device)"
-    events = [(gemv, 12.5), ("rms_norm_kernel", 1.25), ("rms_norm_kernel", 1.75), (copy, 0.5),
-              (gemv, 13.5), ("rms_norm_kernel", 1.5), ("rms_norm_kernel", 1.5), (copy, 0.5)]
+    events = [  # (name, start us, end us), listed out of order as a profiler may
+        (gemv, 0.0, 12.5), ("rms_norm_kernel", 13.0, 14.25), (copy, 19.5, 20.0),
+        ("rms_norm_kernel", 10.0, 16.0),  # launched early, finishes 1.75 after the first norm
+        ("rms_norm_kernel", 20.0, 21.5), (gemv, 22.0, 35.5),
+        ("rms_norm_kernel", 30.0, 37.0),  # resident 7, its own share 1.5
+        (copy, 38.0, 38.5)]
     t = kernel_table(events, steps=2, wall_s=40e-6)
     assert [r["name"] for r in t["kernels"]] == ["cutlass::Kernel2<cutlass_80_gemv_bf16>", "rms_norm_kernel",
                                                  "Memcpy HtoD"]
     assert [r["launches"] for r in t["kernels"]] == [1, 2, 1]
     assert [r["us"] for r in t["kernels"]] == pytest.approx([13.0, 3.0, 0.5])
+    assert [r["resident_us"] for r in t["kernels"]] == pytest.approx([13.0, 7.875, 0.5])
     assert t["step_us"] == pytest.approx(20.0) and t["kernel_us"] == pytest.approx(16.5)
     assert t["idle_fraction"] == pytest.approx(1 - 16.5 / 20)
     text = profile_text({"batch": 1, **t}, rows=2)
