@@ -17,6 +17,11 @@ NVFP4 weights of whole 128 x 128 tiles (N % 128 == K % 128 == 0) run in the tile
 plugins_trt/quant_linear/layout.py: every config of such a shape has "TILED": True, the kernels are compiled to read
 that order, and the runtime (CudaLinear) re-orders the weight once at load. The engine's files keep ModelOpt's
 row-major order (what the CPU reference, the ONNX graphs and other tools read).
+
+An NVFP4 qkv_proj or GDN in_proj with N off the tiles (K on them) runs as N rounded up to whole tiles
+(padded_shapes): its kernels are chosen and compiled for that N, its plan entries say "pad_n", and CudaLinear pads
+the weight with zero rows at load and returns the first N columns as a view (their consumers, qkv_rope and the GDN
+kernels, read row-strided views). Qwen3.5's in_proj [q | k | v | z | b | a] has N = 128 k + 2 HV (27B: 16480).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import time
 import torch
 
 from atlas.build_engine.kernels import compile_kernels, write_kernels
-from atlas.plugins_trt.quant_linear.layout import can_tile
+from atlas.plugins_trt.quant_linear.layout import TILE_N, can_tile
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS, GEMV_BUCKETS
 from atlas.runtime.layout import canonical_shapes
@@ -80,6 +85,24 @@ def residual_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> set[
     shapes = canonical_shapes(config)
     return {(fmt, *shapes[f"{prefix}.weight"]) for prefix, fmt in weight_formats.items()
             if fmt in KERNEL_FORMATS and prefix.endswith(("attn.o_proj", "mlp.down_proj", "gdn.out_proj"))}
+
+
+PADDED_LINEARS = ("attn.qkv_proj", "gdn.in_proj")
+"""The linears whose output every consumer reads as a row-strided view, so that it may come from wider kernels."""
+
+
+def padded_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> dict[tuple[str, int, int], int]:
+    """(format, N, K) -> the N its kernels run at, for the NVFP4 shapes of PADDED_LINEARS alone (no other linear
+    of the same shape) with N off the 128-row tiles and K on them: N rounded up to whole tiles, so that the tiled
+    kernels (every way that won an NVFP4 case of tools/results/gemm.json) serve them."""
+    shapes = canonical_shapes(config)
+    users: dict[tuple[str, int, int], list[str]] = {}
+    for prefix, fmt in weight_formats.items():
+        if fmt in KERNEL_FORMATS and prefix != "embed":
+            users.setdefault((fmt, *shapes[f"{prefix}.weight"]), []).append(prefix)
+    return {(fmt, n, k): -(-n // TILE_N) * TILE_N for (fmt, n, k), prefixes in users.items()
+            if fmt == "nvfp4" and n % TILE_N and can_tile(TILE_N, k)
+            and all(p.endswith(PADDED_LINEARS) for p in prefixes)}
 
 
 def is_tiled(fmt: str, n: int, k: int) -> bool:
@@ -380,8 +403,11 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             raise RuntimeError(f"no {fmt} kernel configuration fits {n}x{k} at M bucket {bucket}")
         return cands
 
-    cases = [(fmt, bucket, n, k) for fmt, n, k in linear_shapes(config, weight_formats)
-             for bucket in GEMV_BUCKETS + GEMM_BUCKETS]
+    shapes = linear_shapes(config, weight_formats)
+    pads = padded_shapes(config, weight_formats)
+    # the cases timed and compiled: (format, bucket, the kernels' N, K), a padded linear's N rounded up to tiles
+    cases = list(dict.fromkeys((fmt, bucket, pads.get((fmt, n, k), n), k) for fmt, n, k in shapes
+                               for bucket in GEMV_BUCKETS + GEMM_BUCKETS))
     silu_shapes = gate_up_shapes(config, weight_formats)
     norm_shapes = residual_shapes(config, weight_formats)
     followed = {**{sh: "norm" for sh in norm_shapes}, **{sh: "silu" for sh in silu_shapes}}  # what a GEMV is timed with
@@ -403,8 +429,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                          time.perf_counter() - t0)
     else:
         chosen.update({c: cands[0] for c, cands in todo.items()})
+    items = {}
     for fmt, bucket, n, k in cases:
-        entry = plan.setdefault(shape_key(fmt, n, k), {})
         cfg = chosen[(fmt, bucket, n, k)]
         tag = "_".join(f"{v}" for v in cfg.values())
         item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None,
@@ -466,7 +492,13 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             bk = cfg["BLOCK_K"]
             item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
                                gemm.grid_permute_k(bk, bucket, k))
-        entry[str(bucket)] = item
+        items[(fmt, bucket, n, k)] = item
+    for fmt, n, k in shapes:  # a padded linear: its wider kernels, no fused reduction (they are not its consumers)
+        kn = pads.get((fmt, n, k), n)
+        plan[shape_key(fmt, n, k)] = {
+            str(b): items[(fmt, b, kn, k)] if kn == n else
+            {**items[(fmt, b, kn, k)], "pad_n": kn, "reduce_silu": None, "reduce_norm": None}
+            for b in GEMV_BUCKETS + GEMM_BUCKETS}
     if tune:
         log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases), len(todo),
                  time.perf_counter() - t0)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -347,12 +347,20 @@ if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels
         | tee "$out/pytest_cuda_ops_gdn_gpu.log" | tail -5
     RUNNER_TIMEOUT=220 bash "$0" runner
 fi
-if [ "$what" = newtests ]; then  # the GPU tests written 2026-12-07 (third session): GPU quantization bit for bit,
-    # synthetic weights drawn on the GPU, the decode-step kernel profile, an autotuned build and its tuning cache,
-    # SiLU-mul fused into the gate_up split-K reduction, the add + RMSNorm fused into the residual projections' one
+if [ "$what" = newtests ]; then  # the GPU tests written 2026-12-07 (third session; all passed on the H100 in the
+    # fifth): GPU quantization bit for bit, synthetic weights drawn on the GPU, the decode-step kernel profile, an
+    # autotuned build and its tuning cache, SiLU-mul fused into the gate_up split-K reduction, the add + RMSNorm
+    # fused into the residual projections' one
     timeout ${NEWTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/build_engine/test_quantize.py \
         tests/tools/test_synthetic.py tests/runtime/test_bench.py tests/runtime/test_linear_cuda.py \
         -k "gpu_quantization or cuda_drawn or small_engine or autotuned or fused_silu or fused_norm" 2>&1 | tee "$out/pytest_new_gpu.log" | tail -15
+fi
+if [ "$what" = padtests ]; then  # written 2026-12-07 (fifth session): the NVFP4 qkv / GDN in_proj off the 128-row
+    # tiles run padded to whole tiles (CudaLinear against the reference at every bucket; the padded hybrid's GPU
+    # steps against the CPU engine), and the decode profile's per-kernel shares on a small engine
+    timeout ${PADTESTS_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        tests/runtime/test_model_runner.py tests/runtime/test_bench.py -k "padded or small_engine" 2>&1 \
+        | tee "$out/pytest_pad_gpu.log" | tail -15
 fi
 if [ "$what" = smollm2 ]; then  # the default model's GPU test. The GGUF (94 MB) is over the carry limit, so it
     # comes in two halves on two calls to a warm machine (ignored paths stay there between calls):

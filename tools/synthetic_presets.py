@@ -134,6 +134,16 @@ TINY_PRESETS["tiny-llama-wide"] = {
     "head_dim": 32,
 }
 
+# The hybrid at widths of whole 128-column tiles (hidden 128), with the two projections Qwen3.5 has off the 128-row
+# tiles: the GDN in_proj (N = 2 x 32 + 2 x 64 + 2 x 4 = 200, as the 27B's 16480) and the gated attention's qkv (one KV
+# head: N = 256 + 64 = 320). GPU engines of it run those two padded to whole tiles (build_engine/linear_kernels.py).
+TINY_PRESETS["tiny-qwen3.5-wide"] = {
+    **TINY_PRESETS["tiny-qwen3.5"],
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_key_value_heads": 1,
+}
+
 
 # --- real-shape presets ----------------------------------------------------------------------------
 

@@ -99,3 +99,11 @@ def gpu_order(weight: torch.Tensor, weight_scale: torch.Tensor, bits: bool) -> t
     bits in NVFP4_BITS order (bits_nvfp4)."""
     w, ws = tile_nvfp4(weight, weight_scale)
     return (bits_nvfp4(w) if bits else w), ws
+
+
+def pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """t [N, ...] -> [rows, ...] (rows >= N), the added rows zero: for NVFP4 zero codes and zero scales, so the
+    padded outputs are 0 (a new tensor; CudaLinear pads a weight whose plan runs it at whole tiles)."""
+    out = torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
+    out[: t.shape[0]] = t
+    return out

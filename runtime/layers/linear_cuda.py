@@ -4,7 +4,8 @@ Nothing is compiled here: the kernels come from the engine's kernels/ folder thr
 and the choice per M was made at build (manifest["linear_kernels"], see build_engine/linear_kernels.py).
 An NVFP4 weight whose plan was built for the tiled order ("TILED" in every bucket's config; "BITS": each word's bits in
 layout.NVFP4_BITS order too) is re-ordered once here (plugins_trt/quant_linear/layout.py); the engine file keeps the
-row-major order.
+row-major order. One whose plan says "pad_n" (N off the 128-row tiles) is first padded with zero rows to that many:
+its kernels compute pad_n columns, and the layer returns the first N as a view.
 """
 
 from __future__ import annotations
@@ -44,11 +45,22 @@ class CudaLinear:
         self.bias = bias
         self.kernels = kernels
         self.plan = plan
-        self.n = self.weight.shape[0]
+        self.n = self.n_out = self.weight.shape[0]  # n: the columns the kernels compute; n_out: the layer's
         self.k = self.weight.shape[1] * (2 if fmt == "nvfp4" else 1)
         if fmt in ("nvfp4", "fp8") and (kernels is None or not plan):
             raise EngineError(f"no compiled kernels for a {fmt} linear {self.n}x{self.k}; rebuild the engine "
                               f"with atlas-build --device cuda.")
+        pad = {e.get("pad_n", self.n) for e in (plan or {}).values()}
+        if len(pad) > 1 or (pad and min(pad) < self.n):
+            raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} pads its rows inconsistently "
+                              f"({sorted(pad)}); rebuild the engine with this version of atlas-build.")
+        if pad and max(pad) > self.n:
+            from atlas.plugins_trt.quant_linear.layout import pad_rows
+
+            self.n = max(pad)
+            self.weight, self.weight_scale, self.weight_scale_2, self.bias = (
+                None if t is None else pad_rows(t, self.n)
+                for t in (self.weight, self.weight_scale, self.weight_scale_2, self.bias))
         tiled = {bool(e["config"].get("TILED")) for e in (plan or {}).values()}
         if len(tiled) > 1:
             raise EngineError(f"the kernel plan of the {fmt} linear {self.n}x{self.k} mixes tiled and row-major "
@@ -177,6 +189,13 @@ class CudaLinear:
         if norm is not None and not self.fuses_norm(m):
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused add + RMSNorm at M = {m}")
         out = torch.empty(m, self.n // 2 if silu else self.n, device=x.device, dtype=torch.bfloat16)
+        self._compute(entry, x, out, silu, norm)
+        return out if self.n == self.n_out else out[:, :self.n_out]
+
+    def _compute(self, entry: dict, x: torch.Tensor, out: torch.Tensor, silu: bool, norm: tuple | None) -> None:
+        """The bucket's launches for x into out [M, self.n] (or [M, self.n / 2] with silu)."""
+        m = x.shape[0]
+        bucket = str(bucket_for(m))
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n, **self._weights())
         if m <= GEMV_BUCKETS[-1] and entry["config"].get("STREAMK"):  # one launch: partials and counters inside
@@ -208,7 +227,6 @@ class CudaLinear:
                              **{**common, "stride_xm": xq.stride(0)})
         if self.bias is not None and not self._adds_bias(entry):
             out += self.bias  # the build compiles the kernels without a bias epilogue
-        return out
 
     def _weights(self) -> dict:
         """The weight arguments of this format's kernels."""

@@ -40,6 +40,7 @@ def no_gpu_work(monkeypatch):
     monkeypatch.setattr(linear_kernels, "linear_shapes", lambda config, formats: SHAPES)
     monkeypatch.setattr(linear_kernels, "gate_up_shapes", lambda config, formats: set())
     monkeypatch.setattr(linear_kernels, "residual_shapes", lambda config, formats: set())
+    monkeypatch.setattr(linear_kernels, "padded_shapes", lambda config, formats: {})
     monkeypatch.setattr(linear_kernels, "_tune", fake_tune)
     precompiled = []
 
@@ -170,3 +171,22 @@ def test_gemv_buckets_are_timed_with_what_follows_them(no_gpu_work, tmp_path, mo
     plan(TuningCache(tmp_path / "cache.json", "NVIDIA H200", "3.6.0"), types.SimpleNamespace(norm_offset=0.0))
     assert sorted(no_gpu_work.followed) == sorted([("norm", *SHAPES[0], b) for b in linear_kernels.GEMV_BUCKETS]
                                                   + [("silu", *SHAPES[1], b) for b in linear_kernels.GEMV_BUCKETS])
+
+
+def test_a_padded_shape_is_timed_and_cached_at_its_kernels_n(no_gpu_work, monkeypatch, tmp_path):
+    """A linear run padded to whole tiles (linear_kernels.padded_shapes) is timed, cached and compiled at the padded
+    N once, even where two shapes pad to it; each shape's plan entry (under its own N) says pad_n."""
+    monkeypatch.setattr(linear_kernels, "linear_shapes",
+                        lambda config, formats: [*SHAPES, ("nvfp4", 200, 128), ("nvfp4", 240, 128)])
+    monkeypatch.setattr(linear_kernels, "padded_shapes",
+                        lambda config, formats: {("nvfp4", 200, 128): 256, ("nvfp4", 240, 128): 256})
+    cache = TuningCache(tmp_path / "cache.json", "NVIDIA H200", "3.6.0")
+    p = plan(cache)
+    assert sorted(set(no_gpu_work)) == sorted(no_gpu_work) and {(f, n, k) for f, n, k, _ in no_gpu_work} == set(SHAPES)
+    assert cache.misses == len(SHAPES) * len(BUCKETS)
+    for n in (200, 240):
+        entry = p[f"nvfp4:{n}x128"]
+        assert all(item["pad_n"] == 256 for item in entry.values())
+        assert configs({"x": entry}) == configs({"x": p["nvfp4:256x128"]})
+        assert all(item["kernel"] == p["nvfp4:256x128"][b]["kernel"] for b, item in entry.items())
+    assert not any("pad_n" in item for item in p["nvfp4:256x128"].values())

@@ -22,6 +22,14 @@ def tiled_engine(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def padded_engine(tmp_path_factory):
+    """tiny-qwen3.5-wide: K on the tiles everywhere; the GDN in_proj (N 200) and the attention qkv (N 320) off them,
+    run padded to whole tiles (256, 384)."""
+    return build(BuildConfig("synthetic:tiny-qwen3.5-wide", tmp_path_factory.mktemp("padded") / "e", dtype="nvfp4",
+                             device="cuda", autotune=False, onnx=False, progress=False))
+
+
+@pytest.fixture(scope="module")
 def split_engine(tmp_path_factory):
     """tiny-llama-wide whose GEMM buckets take the wgmma kernel split in two along K where K allows it (K 256, the
     down projection) and the packed dequantization elsewhere."""
@@ -430,6 +438,58 @@ def test_streamk_engine_plan(streamk_engine):
     assert seen
 
 
+def test_padded_engine_plan(padded_engine):
+    """The qkv and GDN in_proj shapes off the 128-row tiles are planned at N rounded up to whole tiles: every bucket
+    says pad_n, is tiled, runs kernels compiled for that N and fuses no reduction; no other shape is padded."""
+    plan = padded_engine.manifest["linear_kernels"]
+    table = padded_engine.manifest["kernels"]["kernels"]
+    padded = {key: {item.get("pad_n") for item in entry.values()} for key, entry in plan.items()}
+    assert padded.pop("nvfp4:200x128") == {256} and padded.pop("nvfp4:320x128") == {384}
+    assert all(p == {None} for p in padded.values()), padded
+    for key, n in (("nvfp4:200x128", 256), ("nvfp4:320x128", 384)):
+        for bucket, item in plan[key].items():
+            assert item["config"].get("TILED") and not item["reduce_silu"] and not item["reduce_norm"], (key, bucket)
+            assert item["kernel"].split(".")[1] == f"{n}x128", item["kernel"]
+            assert table[item["kernel"]]["constexprs"].get("TILED") or item["config"].get("DEQUANT")
+
+
+def test_padded_shapes_only_for_views(padded_engine):
+    """Only NVFP4 shapes of qkv_proj / GDN in_proj alone, K on the tiles and N off them, are padded."""
+    from atlas.runtime.config import ModelConfig
+
+    config = ModelConfig.from_dict(padded_engine.manifest["config"])
+    formats = {"layers.0.gdn.in_proj": "nvfp4", "layers.3.attn.qkv_proj": "nvfp4", "layers.0.mlp.gate_up_proj": "nvfp4",
+               "layers.0.gdn.out_proj": "nvfp4"}
+    assert LK.padded_shapes(config, formats) == {("nvfp4", 200, 128): 256, ("nvfp4", 320, 128): 384}
+    assert LK.padded_shapes(config, {**formats, "layers.0.gdn.in_proj": "fp8"}) == {("nvfp4", 320, 128): 384}
+
+
+def test_cuda_linear_pads_to_its_plan():
+    """A plan with pad_n: the weight, its scales and the bias get zero rows up to pad_n (then the tiled order), the
+    layer keeps its N for its output; a plan whose buckets disagree is refused."""
+    from atlas.runtime.errors import EngineError
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randint(0, 256, (200, 64), generator=g, dtype=torch.uint8)
+    ws = torch.rand(200, 8, generator=g).to(torch.float8_e4m3fn)
+    t = {"weight": w, "weight_scale": ws, "weight_scale_2": torch.rand(200, generator=g) + 0.5}
+    bias = torch.randn(200, generator=g).to(torch.bfloat16)
+    cfg = {"TILED": True, "BITS": False}
+    layer = CudaLinear("nvfp4", t, object(), {"1": {"config": cfg, "pad_n": 256}, "64": {"config": cfg, "pad_n": 256}},
+                       bias)
+    assert (layer.n, layer.n_out, layer.k) == (256, 200, 128)
+    from atlas.plugins_trt.quant_linear.layout import tile_nvfp4
+    pw = torch.cat([w, torch.zeros(56, 64, dtype=torch.uint8)])
+    pws = torch.cat([ws, torch.zeros(56, 8).to(torch.float8_e4m3fn)])
+    tw, tws = tile_nvfp4(pw, pws)
+    assert torch.equal(layer.weight, tw) and torch.equal(layer.weight_scale.view(torch.uint8), tws.view(torch.uint8))
+    assert torch.equal(layer.weight_scale_2[:200], t["weight_scale_2"]) and not layer.weight_scale_2[200:].any()
+    assert torch.equal(layer.bias[:200], bias) and not layer.bias[200:].any()
+    with pytest.raises(EngineError, match="pads its rows inconsistently"):
+        CudaLinear("nvfp4", t, object(), {"1": {"config": cfg, "pad_n": 256}, "64": {"config": cfg}})
+
+
 def test_cuda_linear_refuses_a_mixed_plan():
     from atlas.runtime.errors import EngineError
     from atlas.runtime.layers.linear_cuda import CudaLinear
@@ -451,6 +511,16 @@ def test_tiled_engine_linears_match_reference(m, tiled_engine):
     from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
 
     check_engine_linears(tiled_engine, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16, 17, 64, 300])
+def test_padded_engine_linears_match_reference(m, padded_engine):
+    """The padded qkv and in_proj through CudaLinear: their N columns (a view of the padded output) against the
+    fp32 reference, at every GEMV bucket and the GEMM ones."""
+    from test_linear_cuda import check_engine_linears  # same folder (pytest prepends it to sys.path)
+
+    check_engine_linears(padded_engine, m)
 
 
 @pytest.mark.gpu
