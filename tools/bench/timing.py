@@ -68,13 +68,15 @@ def copy_bandwidth(nbytes: int = 4 * 2**30) -> float:
 
     The best of two copies of nbytes / 2: `copy_` (a memcpy node in the graph, which the driver may hand
     to a copy engine) and an elementwise kernel on the SMs (`neg` on float32), the path kernels take."""
-    src = torch.empty(nbytes // 8, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    t_copy = graph_time([lambda: dst.copy_(src)], repeats=20)
-    t_kernel = graph_time([lambda: torch.neg(src, out=dst)], repeats=20)
-    del src, dst
+    def best() -> float:  # its buffers are freed on return
+        src = torch.empty(nbytes // 8, dtype=torch.float32, device="cuda").normal_()
+        dst = torch.empty_like(src)
+        return min(graph_time([lambda: dst.copy_(src)], repeats=20),
+                   graph_time([lambda: torch.neg(src, out=dst)], repeats=20))
+
+    t = best()
     torch.cuda.empty_cache()
-    return nbytes / min(t_copy, t_kernel)
+    return nbytes / t
 
 
 def device_info() -> dict:

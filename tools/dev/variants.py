@@ -277,5 +277,5 @@ def nvfp4_gemm_sweep(out_file: str, variants_for, tag, default_m: str = "256", e
             row["best"] = min(ok, key=lambda r: r["us"]) if ok else None
             res["rows"].append(row)
             json.dump(res, open(f"{out_dir}/{out_file}", "w"), indent=1)
-        del copies
+        copies = None  # the copies' memory back before the next shape (timing() reads the name)
     return res
