@@ -333,13 +333,15 @@ if [ "$what" = decode ]; then  # issue 6's decode benchmark, a case or two a cal
     # merged into the committed tools/results/decode.json: DECODE_CASES=preset:dtype,... DECODE_PART=atlas|hf|both
     # DECODE_FLAGS=--no-pdl: the A/B case without the small kernels' programmatic dependent launch
     # the committed tuning cache (kernel configurations earlier builds timed) comes back with what this run adds;
-    # results merge into the committed file of this GPU (decode_h100.json / decode_h200.json)
+    # results merge into the committed file of this GPU: decode.json on the H200 (the issue's file, as gemm.json),
+    # decode_h100.json on the H100
     [ -f tools/results/tuning_cache.json ] && cp tools/results/tuning_cache.json "$out/tuning_cache.json"
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr H h)
-    timeout ${DECODE_TIMEOUT:-560} python3 -m atlas.tools.bench_decode --out "$out/decode_$gpu.json" \
+    file=decode_$gpu.json; [ "$gpu" = h200 ] && file=decode.json
+    timeout ${DECODE_TIMEOUT:-560} python3 -m atlas.tools.bench_decode --out "$out/$file" \
         --cases "${DECODE_CASES:-llama-3.1-8b:bfloat16}" --part "${DECODE_PART:-both}" \
         --tuning-cache "$out/tuning_cache.json" ${DECODE_FLAGS:-} \
-        --merge "tools/results/decode_$gpu.json" 2>&1 | tee "$out/bench_decode_$gpu.log" | tail -30
+        --merge "tools/results/$file" 2>&1 | tee "$out/bench_decode_$gpu.log" | tail -30
 fi
 if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels, GDN ops, runner, bench)
     DECODEOPS_TIMEOUT=80 bash "$0" decodeops
