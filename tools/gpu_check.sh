@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|attnsplits|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -356,6 +356,11 @@ if [ "$what" = newtests ]; then  # the GPU tests written 2026-12-07 (third sessi
     timeout ${NEWTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/build_engine/test_quantize.py \
         tests/tools/test_synthetic.py tests/runtime/test_bench.py tests/runtime/test_linear_cuda.py \
         -k "gpu_quantization or cuda_drawn or small_engine or autotuned or fused_silu or fused_norm" 2>&1 | tee "$out/pytest_new_gpu.log" | tail -15
+fi
+if [ "$what" = attnsplits ]; then  # the decode attention's split count: each count timed beside the runner's on
+    # the 8B and 27B attention shapes, contexts 640 / 4096, batch 1 / 8 / 32 (tools/dev/decode_splits.py; ~1-2 min)
+    timeout ${ATTNSPLITS_TIMEOUT:-200} python3 -m atlas.tools.dev.decode_splits 2>&1 | tee "$out/decode_splits.log" \
+        | grep -a "runner\|Error" | tail -14
 fi
 if [ "$what" = padtests ]; then  # written 2026-12-07 (fifth session): the NVFP4 qkv / GDN in_proj off the 128-row
     # tiles run padded to whole tiles (CudaLinear against the reference at every bucket; the padded hybrid's GPU
