@@ -33,15 +33,19 @@ from atlas.runtime.step import StepInputs
 
 class CudaOps:
     def __init__(self, config: ModelConfig, aot, device: torch.device | str = "cuda", num_splits: int = 1,
-                 pdl: bool = True):
+                 pdl: bool = True, max_batch: int = 128):
         """aot: AotKernels of the engine (or a KernelRecorder at build). num_splits: the decode attention's
         splits over the context (fixed per captured graph; see ModelRunner). pdl: launch the step's small kernels
         (embedding, norms, RoPE, decode attention, the fused GDN decode, SiLU-mul, argmax) with programmatic dependent
-        launch (plugins_trt/pdl.py), as the GEMVs are: each launch overlaps the kernel before it."""
+        launch (plugins_trt/pdl.py), as the GEMVs are: each launch overlaps the kernel before it. max_batch: the
+        largest decode batch (sizes the decode attention's split counters)."""
         self.c = config
         self.aot = aot
         self.pdl = pdl
         self.num_splits = num_splits
+        # the split decode attention's (sequence, kv head) counters: zero, and left zero by every launch, so one
+        # buffer serves every layer and every captured graph (launch_paged_decode's COMBINE: one launch, not two)
+        self.decode_counters = torch.zeros(max_batch * config.num_kv_heads, dtype=torch.int32, device=device)
         self.inv_freq = rope_inv_freq(config.rotary_dim, config.rope_theta, config.rope_scaling).to(device)
         self._chunks: tuple[tuple, dict] | None = None  # (sizes, padded_chunk_plan): shared by a step's GDN layers
 
@@ -76,7 +80,7 @@ class CudaOps:
         if step.max_q_len == 1:  # decode: one query a sequence, split over the context
             o = launch_paged_decode(q, kv.k, kv.v, kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
                                     c.head_dim ** -0.5, gate=gate, num_splits=self.num_splits, aot=self.aot,
-                                    pdl=self.pdl)
+                                    pdl=self.pdl, counters=self.decode_counters)
         else:  # prefill chunks and verify widths: causal over the cached prefix
             o = launch_paged_prefill(q, kv.k, kv.v, kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
                                      step.cu_q, c.head_dim ** -0.5, gate=gate, max_q_len=step.max_q_len,

@@ -108,7 +108,7 @@ class ModelRunner:
         self.c = c
         self.options = options or RunnerOptions(**engine.runtime_options)
         self.engine = engine
-        self.ops = CudaOps(c, engine.aot, pdl=self.options.pdl)
+        self.ops = CudaOps(c, engine.aot, pdl=self.options.pdl, max_batch=self.options.buckets[-1])
         self.model = PagedModel(c, engine.weights, ops=self.ops, linear=engine.linear)
         o = self.options
         dtype = KV_DTYPES[o.kv_cache_dtype]

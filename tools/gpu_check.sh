@@ -364,9 +364,12 @@ if [ "$what" = attnsplits ]; then  # the decode attention's split count: each co
 fi
 if [ "$what" = padtests ]; then  # written 2026-12-07 (fifth session): the NVFP4 qkv / GDN in_proj off the 128-row
     # tiles run padded to whole tiles (CudaLinear against the reference at every bucket; the padded hybrid's GPU
-    # steps against the CPU engine), and the decode profile's per-kernel shares on a small engine
-    timeout ${PADTESTS_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
-        tests/runtime/test_model_runner.py tests/runtime/test_bench.py -k "padded or small_engine" 2>&1 \
+    # steps against the CPU engine); the decode attention's splits combined in its own launch (COMBINE: the two
+    # launches' bits at real shapes; the runner's engines now split every decode bucket); the decode profile's
+    # per-kernel shares on a small engine
+    timeout ${PADTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        tests/runtime/test_model_runner.py tests/runtime/test_bench.py tests/plugins_trt/test_attention_triton.py \
+        -k "padded or small_engine or gpu_decode_real_shapes or replay or follow or greedy or continues" 2>&1 \
         | tee "$out/pytest_pad_gpu.log" | tail -15
 fi
 if [ "$what" = smollm2 ]; then  # the default model's GPU test. The GGUF (94 MB) is over the carry limit, so it

@@ -11,6 +11,12 @@ Stage 2, `paged_decode_reduce_kernel`, grid (B, Hq): combines the non-empty spli
 by the same formula, so empty splits need not be written), applies the optional sigmoid gate and writes out.
 With num_splits == 1 stage 1 writes the output itself (DIRECT) and stage 2 is not launched.
 
+COMBINE (given int32 counters [B, Hkv], zero): one launch instead of two. Each split program, its partials
+written, adds one to its (sequence, kv head) counter; the program that brings it to num_splits combines that kv
+head's G query heads as stage 2 would (the same operations in the same order: the same bits) and sets the counter
+back to zero for the next launch (a CUDA graph replays it). The partials are read past L1 (.cg), after a CTA barrier
+and an acquire-release atomic, the pattern of gluon_streamk's tile counters.
+
 Defined behaviour for padding: a sequence with context_lens[b] <= 0 gets zeros (its block-table row is not read).
 context_lens[b] is also clamped to max_blocks_per_seq · block_size so a bad length cannot read past its row.
 
@@ -49,6 +55,7 @@ def paged_decode_kernel(
     gate, stride_gb, stride_gh,          # [B, HQ, D] sigmoid output gate (read only if HAS_GATE and DIRECT)
     out, stride_ob, stride_oh,           # [B, HQ, D] (written only if DIRECT)
     part_o, part_lse,                    # fp32 [B, HQ, num_splits, D], [B, HQ, num_splits] (written unless DIRECT)
+    counters,                            # int32 [B, HKV], zero before and after (read only if COMBINE)
     num_splits,                          # splits per sequence (the grid's third dim)
     sm_scale,                            # fp32 softmax scale (usually D ** -0.5)
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
@@ -56,6 +63,7 @@ def paged_decode_kernel(
     GP: tl.constexpr,                    # rows of the query tile: next power of two >= max(G, 16)
     IS_FP8: tl.constexpr, DOT_F32: tl.constexpr, HAS_GATE: tl.constexpr, DIRECT: tl.constexpr,
     PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
+    COMBINE: tl.constexpr = False,  # the last split program of each (b, kh) combines (module docstring)
 ):
     pdl_enter(PDL)
     b, kh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -93,17 +101,57 @@ def paged_decode_kernel(
     # an empty split (or a padding sequence) has l = 0 and acc = 0: its output is 0, never 0 / 0
     o = acc * (vs / tl.where(l_i > 0, l_i, 1.0))[:, None]
     if DIRECT:
-        if HAS_GATE:
-            z = tl.load(gate + b.to(tl.int64) * stride_gb + head[:, None] * stride_gh + d[None, :],
-                        mask=head_ok[:, None], other=0.0).to(tl.float32)
-            o = o * tl.sigmoid(z)
-        tl.store(out + b.to(tl.int64) * stride_ob + head[:, None] * stride_oh + d[None, :],
-                 o.to(out.dtype.element_ty), mask=head_ok[:, None])
+        _gated_store(o, gate, stride_gb, stride_gh, out, stride_ob, stride_oh, b, head, head_ok, D, HAS_GATE)
     else:
         part = (b.to(tl.int64) * HQ + head) * num_splits + split  # part: [GP]
         keep = head_ok & (lo < hi)  # empty splits write nothing: stage 2 reads only the non-empty ones
         tl.store(part_o + part[:, None] * D + d[None, :], o, mask=keep[:, None])
         tl.store(part_lse + part, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), mask=keep)
+        if COMBINE:
+            tl.debug_barrier()  # every thread's partials are written before the count
+            count = counters + b.to(tl.int64) * HKV + kh
+            if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
+                o = _combine(part_o, part_lse, (b.to(tl.int64) * HQ + head) * num_splits, head_ok, ctx, num_splits,
+                             D, GP, BLOCK_N, ".cg")
+                _gated_store(o, gate, stride_gb, stride_gh, out, stride_ob, stride_oh, b, head, head_ok, D,
+                             HAS_GATE)
+                tl.store(count, 0)
+
+
+@triton.jit
+def _combine(part_o, part_lse, base, row_ok, ctx, num_splits, D: tl.constexpr, R: tl.constexpr,
+             BLOCK_N: tl.constexpr, CACHE: tl.constexpr):
+    """The rows' (query heads') outputs from their non-empty splits' partials: rows base[r] * D .. of part_o and
+    base[r] .. of part_lse, a split apart (base: [R]); fp32 [R, D]. Per row the operations of a scalar combine,
+    in split order (paged_decode_reduce_kernel's bits)."""
+    d = tl.arange(0, D)
+    n = tl.cdiv(ctx, split_size(ctx, num_splits, BLOCK_N))  # non-empty splits: each has a finite lse
+    m = tl.full([R], float("-inf"), tl.float32)
+    total = tl.zeros([R], tl.float32)
+    acc = tl.zeros([R, D], tl.float32)
+    for s in range(n):
+        lse = tl.load(part_lse + base + s, mask=row_ok, other=0.0, cache_modifier=CACHE)
+        o = tl.load(part_o + (base + s)[:, None] * D + d[None, :], mask=row_ok[:, None], other=0.0,
+                    cache_modifier=CACHE)
+        m_new = tl.maximum(m, lse)
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(lse - m_new)
+        acc = acc * alpha[:, None] + o * w[:, None]
+        total = total * alpha + w
+        m = m_new
+    return acc / tl.where(total > 0, total, 1.0)[:, None]
+
+
+@triton.jit
+def _gated_store(o, gate, stride_gb, stride_gh, out, stride_ob, stride_oh, b, head, row_ok, D: tl.constexpr,
+                 HAS_GATE: tl.constexpr):
+    """out[b, head] = o (· sigmoid(gate[b, head]) with HAS_GATE) for the rows row_ok; o fp32 [R, D]."""
+    d = tl.arange(0, D)
+    if HAS_GATE:
+        o = o * tl.sigmoid(tl.load(gate + b.to(tl.int64) * stride_gb + head[:, None] * stride_gh + d[None, :],
+                                   mask=row_ok[:, None], other=0.0).to(tl.float32))
+    tl.store(out + b.to(tl.int64) * stride_ob + head[:, None] * stride_oh + d[None, :], o.to(out.dtype.element_ty),
+             mask=row_ok[:, None])
 
 
 @triton.jit
@@ -118,26 +166,12 @@ def paged_decode_reduce_kernel(
 ):
     pdl_enter(PDL)
     b, h = tl.program_id(0), tl.program_id(1)
-    d = tl.arange(0, D)
     ctx = clamped_context(context_lens, b, max_blocks, BS)
-    n = tl.cdiv(ctx, split_size(ctx, num_splits, BLOCK_N))  # non-empty splits: each has a finite lse
-    base = (b.to(tl.int64) * HQ + h) * num_splits
-    m = tl.full([], float("-inf"), tl.float32)
-    total = tl.zeros([], tl.float32)
-    acc = tl.zeros([D], tl.float32)
-    for s in range(n):
-        lse = tl.load(part_lse + base + s)
-        o = tl.load(part_o + (base + s) * D + d)
-        m_new = tl.maximum(m, lse)
-        alpha = tl.exp2(m - m_new)
-        w = tl.exp2(lse - m_new)
-        acc = acc * alpha + o * w
-        total = total * alpha + w
-        m = m_new
-    o = acc / tl.where(total > 0, total, 1.0)
-    if HAS_GATE:
-        o = o * tl.sigmoid(tl.load(gate + b.to(tl.int64) * stride_gb + h * stride_gh + d).to(tl.float32))
-    tl.store(out + b.to(tl.int64) * stride_ob + h * stride_oh + d, o.to(out.dtype.element_ty))
+    head = h + tl.arange(0, 1)  # one row: _combine and _gated_store work on rows of query heads
+    row_ok = head < HQ
+    o = _combine(part_o, part_lse, (b.to(tl.int64) * HQ + head) * num_splits, row_ok, ctx, num_splits, D, 1,
+                 BLOCK_N, "")
+    _gated_store(o, gate, stride_gb, stride_gh, out, stride_ob, stride_oh, b, head, row_ok, D, HAS_GATE)
 
 
 # ---------------------------------------------------------------------------------------------- launcher
@@ -166,7 +200,8 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         sm_scale: float, gate: torch.Tensor | None = None, num_splits: int | None = None,
                         out: torch.Tensor | None = None,
                         workspace: tuple[torch.Tensor, torch.Tensor] | None = None, block_n: int | None = None,
-                        num_warps: int = 4, aot=None, pdl: bool = False) -> torch.Tensor:
+                        num_warps: int = 4, aot=None, pdl: bool = False,
+                        counters: torch.Tensor | None = None) -> torch.Tensor:
     """Decode attention for B sequences, one query each, over the paged cache (reference:
     reference.paged_attention with cu_q = 0, 1, .., B).
 
@@ -181,7 +216,9 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     B·Hq·num_splits·D and B·Hq·num_splits elements (decode_workspace); allocated here if None and num_splits > 1.
     aot: None (JIT), the engine's AotKernels, or the build's KernelRecorder (atlas.plugins_trt.launch).
     pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
-    No host-device synchronisation: capturable in a CUDA graph with static out and workspace.
+    counters: int32 with at least B·Hkv elements, zero (and left zero), or None: with num_splits > 1 the last split
+    program of each (sequence, kv head) combines them (COMBINE: one launch, not two; the same bits).
+    No host-device synchronisation: capturable in a CUDA graph with static out and workspace (and counters).
     Returns out.
     """
     B, Hq, D = q.shape
@@ -210,6 +247,10 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                 part_o.numel() < B * Hq * num_splits * D or part_lse.numel() < B * Hq * num_splits:
             raise ValueError(f"workspace must be fp32 buffers of at least {B * Hq * num_splits * D} and "
                              f"{B * Hq * num_splits} elements (decode_workspace({B}, {Hq}, {D}, {num_splits}))")
+    combine = counters is not None and not direct
+    if combine and (counters.dtype != torch.int32 or counters.numel() < B * Hkv):
+        raise ValueError(f"counters must be int32 with at least {B * Hkv} elements (zero), got {counters.dtype} "
+                         f"{list(counters.shape)}")
     block_n = block_n or default_block_n(D)
     g = gate if gate is not None else out
     # q, gate and out may be views (free token and head strides: gate is a column slice of the fused qkv output);
@@ -218,12 +259,12 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     launch(paged_decode_kernel, (B, Hkv, num_splits),
            (q, q.stride(0), q.stride(1), k_cache, v_cache, k_scale, v_scale, block_tables, block_tables.stride(0),
             max_blocks, context_lens, g, g.stride(0), g.stride(1), out, out.stride(0), out.stride(1), part_o,
-            part_lse, num_splits, float(sm_scale)),
+            part_lse, counters if combine else context_lens, num_splits, float(sm_scale)),
            dict(HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_N=block_n, GP=max(16, triton.next_power_of_2(Hq // Hkv)),
                 IS_FP8=k_cache.dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype),
-                HAS_GATE=gate is not None, DIRECT=direct, PDL=pdl),
+                HAS_GATE=gate is not None, DIRECT=direct, PDL=pdl, COMBINE=combine),
            num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=views)
-    if not direct:
+    if not direct and not combine:
         launch(paged_decode_reduce_kernel, (B, Hq),
                (part_o, part_lse, context_lens, max_blocks, g, g.stride(0), g.stride(1), out, out.stride(0),
                 out.stride(1), num_splits),
@@ -237,19 +278,19 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 def signature_paged_decode(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
                            kv_dtype: torch.dtype, q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
                            direct: bool = False, block_n: int | None = None, num_warps: int = 4,
-                           num_stages: int = JIT_DEFAULT_STAGES, pdl: bool = False):
+                           num_stages: int = JIT_DEFAULT_STAGES, pdl: bool = False, combine: bool = False):
     """AotSignature of stage 1 for one model's attention shape; grid (B, Hkv, num_splits). The defaults are what
     launch_paged_decode launches (the engine's instances are recorded from it: build_engine/recorded_kernels.py)."""
     P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
     types = dict(q=P, stride_qb=i32, stride_qh=i32, k_cache=KV_TYPES[kv_dtype], v_cache=KV_TYPES[kv_dtype],
                  k_scale=F, v_scale=F, block_tables=PI, stride_bt=i32, max_blocks=i32, context_lens=PI, gate=P,
                  stride_gb=i32, stride_gh=i32, out=P, stride_ob=i32, stride_oh=i32, part_o=F, part_lse=F,
-                 num_splits=i32, sm_scale="fp32")
+                 counters=PI, num_splits=i32, sm_scale="fp32")
     const = dict(HQ=num_q_heads, HKV=num_kv_heads, D=head_dim, BS=block_size,
                  BLOCK_N=block_n or default_block_n(head_dim),
                  GP=max(16, triton.next_power_of_2(num_q_heads // num_kv_heads)),
                  IS_FP8=kv_dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q_dtype, kv_dtype), HAS_GATE=has_gate,
-                 DIRECT=direct, PDL=pdl)
+                 DIRECT=direct, PDL=pdl, COMBINE=combine and not direct)
     return aot_signature(paged_decode_kernel, types, const, num_warps, num_stages)
 
 

@@ -78,12 +78,15 @@ def test_every_step_the_runner_launches_finds_its_kernels(built):
     # and shapes between the recorded ones
     launched = _run_runner_steps(built, step_shapes(options) + [(1, 7), (3, 1), (1, 300)])
     assert set(launched) == set(plan["instances"].values())  # every compiled kernel is used
-    # the decode step of a long context splits it (a second, reducing launch) at small batch
-    assert any(n.startswith("paged_decode_reduce_kernel") for n in launched)
+    # the decode step of a long context splits it at small batch, the splits combined in the same launch (COMBINE:
+    # no second, reducing launch)
+    decode = [k for k in plan["instances"] if k.startswith("paged_decode_kernel(")]
+    assert any("COMBINE=True" in k for k in decode)
+    assert not any(k.startswith("paged_decode_reduce_kernel") for k in plan["instances"])
     assert config.qk_norm and any(n.startswith("qkv_rope_kernel") for n in launched)
     # the step's small kernels are compiled for programmatic dependent launch (plugins_trt/pdl.py)
-    small = ("embedding_kernel", "rms_norm_kernel", "qkv_rope_kernel", "paged_decode_kernel",
-             "paged_decode_reduce_kernel", "silu_mul_kernel", "argmax_partial_kernel", "argmax_combine_kernel")
+    small = ("embedding_kernel", "rms_norm_kernel", "qkv_rope_kernel", "paged_decode_kernel", "silu_mul_kernel",
+             "argmax_partial_kernel", "argmax_combine_kernel")
     keys = [k for k in plan["instances"] if k.startswith(small)]
     assert {k.split("(")[0] for k in keys} == set(small) and all("PDL=True" in k for k in keys)
 

@@ -218,6 +218,29 @@ def test_decode_matches_reference(case):
     report(f"decode {name}", rel(out, ref), tol)
 
 
+@pytest.mark.parametrize("case", [c for c in DECODE_CASES if c[9] > 1], ids=[c[0] for c in DECODE_CASES if c[9] > 1])
+def test_decode_combine_is_the_two_stages_to_the_bit(case):
+    """COMBINE (counters given): the last split program of each (sequence, kv head) combines, one launch: the two
+    launches' output to the bit, gate and empty splits included; the counters are left zero, so a second launch
+    (a graph replay) does it again."""
+    name, ctx, Hq, Hkv, D, bs, qdt, kvdt, scales, splits, gated, tol, extra = case
+    p = Paged(ctx + [0], Hkv, D, bs, dtype=kvdt, scales=scales, seed=len(name) + 1)  # and a padding row
+    B = len(ctx) + 1
+    q, gate = q_and_gate(p, B, Hq, D, qdt, gated, extra.get("strided", False))
+    args = (q, *p.cache_args(), D ** -0.5)
+    two = launch_paged_decode(*args, gate=gate, num_splits=splits, out=poison(B, Hq, D, dtype=qdt),
+                              block_n=extra.get("block_n"))
+    counters = torch.zeros(B * Hkv + 3, dtype=torch.int32, device=DEV)
+    for _ in range(2):
+        one = launch_paged_decode(*args, gate=gate, num_splits=splits, out=poison(B, Hq, D, dtype=qdt),
+                                  block_n=extra.get("block_n"), counters=counters)
+        assert torch.equal(one.view(torch.uint8 if qdt != torch.float32 else torch.int32),
+                           two.view(torch.uint8 if qdt != torch.float32 else torch.int32)), name
+        assert not counters.any()
+    with pytest.raises(ValueError, match="counters must be int32"):
+        launch_paged_decode(*args, gate=gate, num_splits=splits, counters=counters[:B * Hkv - 1])
+
+
 @pytest.mark.parametrize("splits", [1, 3], ids=["S1", "S3"])
 def test_decode_padding_rows_are_zero(splits):
     """context_lens <= 0 marks a padding row (a CUDA-graph bucket's unused slots): output zeros, block-table row
@@ -331,6 +354,7 @@ cases = {  # Llama-3.1-8B's attention (Hq 32, Hkv 8, D 128), block_size 16
     "qwen3.5.prefill.bf16.gate": TP.signature_paged_prefill(24, 4, 256, 16, bf, has_gate=True),
     # as the engine compiles the decode step's: programmatic dependent launch (plugins_trt/pdl.py)
     "decode.bf16.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True),
+    "decode.combine.gate.pdl": TD.signature_paged_decode(24, 4, 256, 16, bf, has_gate=True, pdl=True, combine=True),
     "decode_reduce.pdl": TD.signature_paged_decode_reduce(32, 128, 16, pdl=True),
 }
 report = {}
@@ -389,10 +413,15 @@ def test_gpu_decode_real_shapes(model, kv):
     gate = p.rand(B, Hq, D, dtype=torch.bfloat16) if gated else None
     ref = paged_attention(q, *p.cache_args(), torch.arange(B + 1, dtype=torch.int32, device=DEV), D ** -0.5,
                           gate=gate)
+    counters = torch.zeros(B * Hkv, dtype=torch.int32, device=DEV)
     for splits in (None, 1, 16):
         out = launch_paged_decode(q, *p.cache_args(), D ** -0.5, gate=gate, num_splits=splits,
                                   out=poison(B, Hq, D, dtype=torch.bfloat16))
         report(f"{model} {kv} decode splits {splits or 'default'}", rel(out, ref), BF16_TOL)
+        for _ in range(3):  # the one-launch combine: the same bits, every time (the counters back at zero)
+            one = launch_paged_decode(q, *p.cache_args(), D ** -0.5, gate=gate, num_splits=splits,
+                                      out=poison(B, Hq, D, dtype=torch.bfloat16), counters=counters)
+            assert torch.equal(one.view(torch.int16), out.view(torch.int16)) and not counters.any()
 
 
 @pytest.mark.gpu

@@ -36,8 +36,9 @@ def gpu_engine(request, tmp_path_factory):
     from atlas.build_engine.builder import BuildConfig, build
     preset, kv = request.param
     out = tmp_path_factory.mktemp(preset) / "e"
+    # max_seq_len 1024: every decode bucket splits the context (4 ways), the splits combined in the same launch
     build(BuildConfig(f"synthetic:{preset}", out, dtype="bfloat16", device="cuda", autotune=False, onnx=False,
-                      kv_cache_dtype=kv, max_batch=4, max_seq_len=256, progress=False))
+                      kv_cache_dtype=kv, max_batch=4, max_seq_len=1024, progress=False))
     cpu = tmp_path_factory.mktemp(preset + "-cpu") / "e"
     build(BuildConfig(f"synthetic:{preset}", cpu, onnx=False, max_seq_len=256, progress=False))
     return out, cpu, kv
@@ -139,7 +140,7 @@ def test_padded_nvfp4_hybrid_follows_the_cpu_engine(chunk, tmp_path_factory):
 
     built = {device: build(BuildConfig("synthetic:tiny-qwen3.5-wide", tmp_path_factory.mktemp(f"wide-{device}") / "e",
                                        dtype="nvfp4", device=device, autotune=False, onnx=False, max_batch=4,
-                                       max_seq_len=256, progress=False))
+                                       max_seq_len=1024, progress=False))
              for device in ("cuda", "cpu")}
     plan = built["cuda"].manifest["linear_kernels"]
     assert {key for key, entry in plan.items() if entry["1"].get("pad_n")} == {"nvfp4:200x128", "nvfp4:320x128"}
