@@ -361,6 +361,13 @@ report = {}
 for name, sig in cases.items():
     k = compile_aot(sig)
     entry = {"cubin": len(k.asm["cubin"]), "smem": k.metadata.shared, "scratch": k.metadata.global_scratch_size}
+    lines = k.asm["ptx"].splitlines()
+    atoms = [i for i, line in enumerate(lines) if "atom." in line]
+    entry["atoms"] = [lines[i].strip() for i in atoms]
+    # the partials' stores, then a CTA barrier, then the atomic
+    last = lambda what, i: max((j for j in range(i) if what in lines[j]), default=-1)
+    entry["barrier_before_atom"] = all(last("st.global", i) < last("bar.sync", i) for i in atoms)
+    entry["cg_loads"] = sum("ld.global.cg" in line for line in lines)
     if cuobjdump.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(k.asm["cubin"]); f.flush()
@@ -392,6 +399,12 @@ def test_kernels_compile_for_sm90(tmp_path):
         assert e["cubin"] > 0 and e["scratch"] == 0, name
         assert e.get("local") in (0, None), f"{name} spills registers to local memory"
         assert e.get("pdl", name.endswith(".pdl")) == name.endswith(".pdl"), name
+        if ".combine" in name:  # the split counter: one acq_rel GPU-scope atomic by one thread after a CTA barrier,
+            # the partials read back past L1
+            assert len(e["atoms"]) == 1 and e["atoms"][0].startswith("@"), e["atoms"]
+            assert "atom.global.gpu.acq_rel.add" in e["atoms"][0] and e["barrier_before_atom"] and e["cg_loads"], name
+        else:
+            assert not e["atoms"] and not e["cg_loads"], name
 
 
 # ------------------------------------------------------------------------------------------- GPU, real shapes
