@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|attnsplits|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -356,6 +356,13 @@ if [ "$what" = newtests ]; then  # the GPU tests written 2026-12-07 (third sessi
     timeout ${NEWTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/build_engine/test_quantize.py \
         tests/tools/test_synthetic.py tests/runtime/test_bench.py tests/runtime/test_linear_cuda.py \
         -k "gpu_quantization or cuda_drawn or small_engine or autotuned or fused_silu or fused_norm" 2>&1 | tee "$out/pytest_new_gpu.log" | tail -15
+fi
+if [ "$what" = session6 ]; then  # the next session's first call (~9 minutes): the GPU tests written 2026-12-07 (fifth
+    # session; padtests), the decode attention's split counts, then the 27B nvfp4 engine with its in_proj padded
+    # (the search times the 16512-row shape afresh)
+    PADTESTS_TIMEOUT=200 bash "$0" padtests
+    ATTNSPLITS_TIMEOUT=90 bash "$0" attnsplits
+    DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S6_DECODE_TIMEOUT:-260} bash "$0" decode
 fi
 if [ "$what" = attnsplits ]; then  # the decode attention's split count: each count timed beside the runner's on
     # the 8B and 27B attention shapes, contexts 640 / 4096, batch 1 / 8 / 32 (tools/dev/decode_splits.py; ~1-2 min)
