@@ -358,11 +358,11 @@ if [ "$what" = newtests ]; then  # the GPU tests written 2026-12-07 (third sessi
         -k "gpu_quantization or cuda_drawn or small_engine or autotuned or fused_silu or fused_norm" 2>&1 | tee "$out/pytest_new_gpu.log" | tail -15
 fi
 if [ "$what" = session6 ]; then  # the next session's first call (~9 minutes): the GPU tests written 2026-12-07 (fifth
-    # session; padtests), the decode attention's split counts, then the 27B nvfp4 engine with its in_proj padded
-    # (the search times the 16512-row shape afresh)
-    PADTESTS_TIMEOUT=200 bash "$0" padtests
-    ATTNSPLITS_TIMEOUT=90 bash "$0" attnsplits
-    DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S6_DECODE_TIMEOUT:-260} bash "$0" decode
+    # session; padtests), then the 27B nvfp4 engine with its in_proj padded (the search times the 16512-row shape
+    # afresh). Then, in a second call: `attnsplits` and the 8B cases again (the one-launch decode attention, the
+    # profile's per-kernel shares, batch 8)
+    PADTESTS_TIMEOUT=${S6_TESTS_TIMEOUT:-260} bash "$0" padtests
+    DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S6_DECODE_TIMEOUT:-290} bash "$0" decode
 fi
 if [ "$what" = attnsplits ]; then  # the decode attention's split count: each count timed beside the runner's on
     # the 8B and 27B attention shapes, contexts 640 / 4096, batch 1 / 8 / 32 (tools/dev/decode_splits.py; ~1-2 min)
@@ -374,8 +374,8 @@ if [ "$what" = padtests ]; then  # written 2026-12-07 (fifth session): the NVFP4
     # steps against the CPU engine); the decode attention's splits combined in its own launch (COMBINE: the two
     # launches' bits at real shapes; the runner's engines now split every decode bucket); the decode profile's
     # per-kernel shares on a small engine
-    timeout ${PADTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
-        tests/runtime/test_model_runner.py tests/runtime/test_bench.py tests/plugins_trt/test_attention_triton.py \
+    timeout ${PADTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_attention_triton.py \
+        tests/runtime/test_linear_tiled.py tests/runtime/test_model_runner.py tests/runtime/test_bench.py \
         -k "padded or small_engine or gpu_decode_real_shapes or replay or follow or greedy or continues" 2>&1 \
         | tee "$out/pytest_pad_gpu.log" | tail -15
 fi
