@@ -184,12 +184,13 @@ def bench(runner, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats
     """Median of `repeats` runs per batch size, with the copy bandwidth measured first."""
     from atlas.tools.bench.timing import copy_bandwidth
 
-    # the engine's KV pool holds most of the GPU: the copy takes what is free (up to its 4 GiB, at least 256 MiB)
+    # the runner's KV pool took 90% of the free memory: the copy takes what is left (up to 4 GiB, at least 256 MiB)
     free = torch.cuda.mem_get_info()[0]
     nbytes = min(4 * 2**30, (free * 3 // 4) // 2**20 * 2**20)
     if nbytes < 2**28:
-        raise RuntimeError(f"{free / 2**20:.0f} MiB free on the GPU: too little to measure the copy bandwidth; "
-                           f"build the engine with a smaller --max-batch or --max-seq-len")
+        raise ValueError(f"only {free / 2**20:.0f} MiB of GPU memory is free after the engine, its KV pool and its "
+                         f"graphs: too little to measure the copy bandwidth; free the memory other processes hold on "
+                         f"this GPU and run bench again")
     bandwidth = copy_bandwidth(nbytes)
     cases = []
     for b in batch_sizes:

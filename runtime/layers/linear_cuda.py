@@ -189,13 +189,6 @@ class CudaLinear:
         if norm is not None and not self.fuses_norm(m):
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused add + RMSNorm at M = {m}")
         out = torch.empty(m, self.n // 2 if silu else self.n, device=x.device, dtype=torch.bfloat16)
-        self._compute(entry, x, out, silu, norm)
-        return out if self.n == self.n_out else out[:, :self.n_out]
-
-    def _compute(self, entry: dict, x: torch.Tensor, out: torch.Tensor, silu: bool, norm: tuple | None) -> None:
-        """The bucket's launches for x into out [M, self.n] (or [M, self.n / 2] with silu)."""
-        m = x.shape[0]
-        bucket = str(bucket_for(m))
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n, **self._weights())
         if m <= GEMV_BUCKETS[-1] and entry["config"].get("STREAMK"):  # one launch: partials and counters inside
@@ -227,6 +220,7 @@ class CudaLinear:
                              **{**common, "stride_xm": xq.stride(0)})
         if self.bias is not None and not self._adds_bias(entry):
             out += self.bias  # the build compiles the kernels without a bias epilogue
+        return out if self.n == self.n_out else out[:, :self.n_out]  # a padded plan's N columns
 
     def _weights(self) -> dict:
         """The weight arguments of this format's kernels."""
