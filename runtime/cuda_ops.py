@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
-from atlas.plugins_trt.attention.triton_decode import launch_paged_decode
+from atlas.plugins_trt.attention.triton_decode import launch_paged_decode_rope
 from atlas.plugins_trt.attention.triton_prefill import launch_paged_prefill
 from atlas.plugins_trt.causal_conv1d.triton_conv import launch_conv_varlen
 from atlas.plugins_trt.embedding.triton_embed import launch_embedding
@@ -72,19 +72,21 @@ class CudaOps:
     def attention(self, qkv: torch.Tensor, kv: LayerKV, step: StepInputs, q_norm, k_norm) -> torch.Tensor:
         c = self.c
         T = qkv.shape[0]
+        rope = dict(num_heads=c.num_heads, has_gate=c.attn_output_gate, q_norm=q_norm, k_norm=k_norm,
+                    eps=c.rms_norm_eps, norm_offset=c.norm_offset)
+        if step.max_q_len == 1:  # decode: one query a sequence, split over the context; QK-norm, RoPE and the K / V
+            # write in the same launch (the two launches' bits)
+            o = launch_paged_decode_rope(qkv, step.positions, self.inv_freq, step.slot_mapping, kv.k, kv.v,
+                                         kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
+                                         c.head_dim ** -0.5, **rope, num_splits=self.num_splits, aot=self.aot,
+                                         pdl=self.pdl, counters=self.decode_counters)
+            return o.view(T, c.q_size)
         q = launch_qkv_rope(qkv, step.positions, self.inv_freq, kv.k, kv.v, kv.k_scale, kv.v_scale,
-                            step.slot_mapping, c.num_heads, has_gate=c.attn_output_gate, q_norm=q_norm,
-                            k_norm=k_norm, eps=c.rms_norm_eps, norm_offset=c.norm_offset, aot=self.aot,
-                            pdl=self.pdl)
+                            step.slot_mapping, **rope, aot=self.aot, pdl=self.pdl)
         gate = qkv[:, c.q_size:2 * c.q_size].view(T, c.num_heads, c.head_dim) if c.attn_output_gate else None
-        if step.max_q_len == 1:  # decode: one query a sequence, split over the context
-            o = launch_paged_decode(q, kv.k, kv.v, kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
-                                    c.head_dim ** -0.5, gate=gate, num_splits=self.num_splits, aot=self.aot,
-                                    pdl=self.pdl, counters=self.decode_counters)
-        else:  # prefill chunks and verify widths: causal over the cached prefix
-            o = launch_paged_prefill(q, kv.k, kv.v, kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
-                                     step.cu_q, c.head_dim ** -0.5, gate=gate, max_q_len=step.max_q_len,
-                                     aot=self.aot)
+        # prefill chunks and verify widths: causal over the cached prefix
+        o = launch_paged_prefill(q, kv.k, kv.v, kv.k_scale, kv.v_scale, step.block_tables, step.context_lens,
+                                 step.cu_q, c.head_dim ** -0.5, gate=gate, max_q_len=step.max_q_len, aot=self.aot)
         return o.view(T, c.q_size)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,12 @@ head's G query heads as stage 2 would (the same operations in the same order: th
 back to zero for the next launch (a CUDA graph replays it). The partials are read past L1 (.cg), after a CTA barrier
 and an acquire-release atomic, the pattern of gluon_streamk's tile counters.
 
+ROPE (launch_paged_decode_rope): q is the fused projection's raw row [q | gate? | k | v]; each program QK-norms and
+rotates its query heads and its kv head's new K (triton_rope's helpers, one head at a time: qkv_rope_kernel's
+bits), and quantizes the new K / V as the cache stores them. The split holding the new position (context_lens[b] - 1)
+writes them at slot_mapping[b]; that position's K / V come from registers in every program, so no program reads the
+cache row being written. One launch fewer a decode step's attention layer than qkv_rope then decode.
+
 Defined behaviour for padding: a sequence with context_lens[b] <= 0 gets zeros (its block-table row is not read).
 context_lens[b] is also clamped to max_blocks_per_seq · block_size so a bad length cannot read past its row.
 
@@ -36,6 +42,7 @@ from atlas.plugins_trt.attention.triton_common import (KV_TYPES, Q_TYPES, aot_si
                                                        load_scales, softmax_step)
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 from atlas.plugins_trt.pdl import pdl_enter
+from atlas.plugins_trt.rope.triton_rope import check_qkv_rope, normed_rotated, quantized_kv, rope_factors
 
 
 @triton.jit
@@ -58,12 +65,15 @@ def paged_decode_kernel(
     counters,                            # int32 [B, HKV], zero before and after (read only if COMBINE)
     num_splits,                          # splits per sequence (the grid's third dim)
     sm_scale,                            # fp32 softmax scale (usually D ** -0.5)
+    positions, inv_freq, q_norm, k_norm, slot_mapping, eps,  # ROPE's (triton_rope.qkv_rope_kernel's); else unread
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
     BLOCK_N: tl.constexpr,               # keys per tile (any power of two >= 16; independent of BS)
     GP: tl.constexpr,                    # rows of the query tile: next power of two >= max(G, 16)
     IS_FP8: tl.constexpr, DOT_F32: tl.constexpr, HAS_GATE: tl.constexpr, DIRECT: tl.constexpr,
     PDL: tl.constexpr = False,      # programmatic dependent launch (plugins_trt/pdl.py)
     COMBINE: tl.constexpr = False,  # the last split program of each (b, kh) combines (module docstring)
+    ROPE: tl.constexpr = False,     # q is the fused projection's raw q: QK-norm, RoPE, K/V write here (docstring)
+    R: tl.constexpr = 0, K_COL: tl.constexpr = 0, QK_NORM: tl.constexpr = False, NORM_OFFSET: tl.constexpr = 0,
 ):
     pdl_enter(PDL)
     b, kh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -79,8 +89,28 @@ def paged_decode_kernel(
     head_ok = g < G
     cd = tl.float32 if DOT_F32 else q.dtype.element_ty  # the dots' operand dtype
     dot_prec: tl.constexpr = "ieee" if DOT_F32 else "tf32"
-    qt = tl.load(q + b.to(tl.int64) * stride_qb + head[:, None] * stride_qh + d[None, :], mask=head_ok[:, None],
-                 other=0.0).to(cd)  # qt: [GP, D]
+    if ROPE:  # q, and this kv head's new K / V, as qkv_rope_kernel computes them
+        row = q + b.to(tl.int64) * stride_qb
+        is_rot, partner, cos, sin_signed = rope_factors(positions, b, inv_freq, d, R)
+        qf = tl.zeros([GP, D], tl.float32)
+        for i in tl.static_range(G):  # one head at a time: qkv_rope_kernel's operations, so its bits
+            qi = normed_rotated(row + (kh * G + i) * stride_qh, q_norm, d, d < D, partner, is_rot, cos, sin_signed,
+                                eps, D, QK_NORM, NORM_OFFSET)
+            qf = tl.where(g[:, None] == i, qi.to(q.dtype.element_ty).to(tl.float32)[None, :], qf)
+        qt = qf.to(cd)  # qt: [GP, D]
+        new_k = quantized_kv(k_cache, k_scale, normed_rotated(row + K_COL + kh * D, k_norm, d, d < D, partner, is_rot,
+                                                             cos, sin_signed, eps, D, QK_NORM, NORM_OFFSET))
+        new_v = quantized_kv(v_cache, v_scale, tl.load(row + K_COL + (HKV + kh) * D + d).to(tl.float32))
+        new_pos = ctx - 1  # the new token's position; no cache row of it is read in this launch
+        slot = tl.load(slot_mapping + b).to(tl.int64)
+        if (lo <= new_pos) & (new_pos < hi) & (slot >= 0):  # the split that holds it writes it
+            tl.store(k_cache + slot * (HKV * D) + kh * D + d, new_k)
+            tl.store(v_cache + slot * (HKV * D) + kh * D + d, new_v)
+        new_k = new_k.to(cd)
+        new_v = new_v.to(cd)
+    else:
+        qt = tl.load(q + b.to(tl.int64) * stride_qb + head[:, None] * stride_qh + d[None, :],
+                     mask=head_ok[:, None], other=0.0).to(cd)  # qt: [GP, D]
     qk_scale, vs = load_scales(k_scale, v_scale, sm_scale, IS_FP8)
 
     bt_row = block_tables + b.to(tl.int64) * stride_bt
@@ -92,10 +122,19 @@ def paged_decode_kernel(
         valid = tok < hi
         rows = kv_row_offsets(bt_row, tok, valid, kh, HKV, D, BS)
         kv = rows[:, None] + d[None, :]  # kv: [BLOCK_N, D]
-        k = tl.load(k_cache + kv, mask=valid[:, None], other=0.0).to(cd)
+        if ROPE:  # the new token's K / V from registers, the same values its cache row gets
+            is_new = (tok == new_pos)[:, None]
+            k = tl.load(k_cache + kv, mask=valid[:, None] & ~is_new, other=0.0).to(cd)
+            k = tl.where(is_new, new_k[None, :], k)
+        else:
+            k = tl.load(k_cache + kv, mask=valid[:, None], other=0.0).to(cd)
         s = tl.dot(qt, tl.trans(k), input_precision=dot_prec) * qk_scale  # s: [GP, BLOCK_N]
         s = tl.where(valid[None, :], s, float("-inf"))
-        v = tl.load(v_cache + kv, mask=valid[:, None], other=0.0).to(cd)
+        if ROPE:
+            v = tl.load(v_cache + kv, mask=valid[:, None] & ~is_new, other=0.0).to(cd)
+            v = tl.where(is_new, new_v[None, :], v)
+        else:
+            v = tl.load(v_cache + kv, mask=valid[:, None], other=0.0).to(cd)
         m_i, l_i, acc = softmax_step(s, v, m_i, l_i, acc, DOT_F32)
 
     # an empty split (or a padding sequence) has l = 0 and acc = 0: its output is 0, never 0 / 0
@@ -201,7 +240,7 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         out: torch.Tensor | None = None,
                         workspace: tuple[torch.Tensor, torch.Tensor] | None = None, block_n: int | None = None,
                         num_warps: int = 4, aot=None, pdl: bool = False,
-                        counters: torch.Tensor | None = None) -> torch.Tensor:
+                        counters: torch.Tensor | None = None, rope: dict | None = None) -> torch.Tensor:
     """Decode attention for B sequences, one query each, over the paged cache (reference:
     reference.paged_attention with cu_q = 0, 1, .., B).
 
@@ -218,6 +257,7 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     pdl: launch with programmatic dependent launch (plugins_trt/pdl.py).
     counters: int32 with at least B·Hkv elements, zero (and left zero), or None: with num_splits > 1 the last split
     program of each (sequence, kv head) combines them (COMBINE: one launch, not two; the same bits).
+    rope: launch_paged_decode_rope's (q is then the raw q of the fused projection, a view of it).
     No host-device synchronisation: capturable in a CUDA graph with static out and workspace (and counters).
     Returns out.
     """
@@ -256,13 +296,17 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     # q, gate and out may be views (free token and head strides: gate is a column slice of the fused qkv output);
     # with DIRECT the unused workspace arguments are `out` too
     views = ("q", "gate", "out") + (("part_o", "part_lse") if direct else ())
+    # without rope its arguments are not read: context_lens and k_scale stand in for them
+    r = rope or dict(positions=context_lens, inv_freq=k_scale, q_norm=k_scale, k_norm=k_scale,
+                     slot_mapping=context_lens, eps=0.0, const={})
     launch(paged_decode_kernel, (B, Hkv, num_splits),
            (q, q.stride(0), q.stride(1), k_cache, v_cache, k_scale, v_scale, block_tables, block_tables.stride(0),
             max_blocks, context_lens, g, g.stride(0), g.stride(1), out, out.stride(0), out.stride(1), part_o,
-            part_lse, counters if combine else context_lens, num_splits, float(sm_scale)),
+            part_lse, counters if combine else context_lens, num_splits, float(sm_scale), r["positions"],
+            r["inv_freq"], r["q_norm"], r["k_norm"], r["slot_mapping"], float(r["eps"])),
            dict(HQ=Hq, HKV=Hkv, D=D, BS=BS, BLOCK_N=block_n, GP=max(16, triton.next_power_of_2(Hq // Hkv)),
                 IS_FP8=k_cache.dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q.dtype, k_cache.dtype),
-                HAS_GATE=gate is not None, DIRECT=direct, PDL=pdl, COMBINE=combine),
+                HAS_GATE=gate is not None, DIRECT=direct, PDL=pdl, COMBINE=combine, **rope_constexprs(r["const"])),
            num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=views)
     if not direct and not combine:
         launch(paged_decode_reduce_kernel, (B, Hq),
@@ -273,24 +317,63 @@ def launch_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     return out
 
 
+def rope_constexprs(const: dict) -> dict:
+    """paged_decode_kernel's ROPE constexprs: off (the defaults) or as launch_paged_decode_rope sets them."""
+    return dict(ROPE=False, R=0, K_COL=0, QK_NORM=False, NORM_OFFSET=0) | const
+
+
+def launch_paged_decode_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+                             slot_mapping: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                             k_scale: torch.Tensor, v_scale: torch.Tensor, block_tables: torch.Tensor,
+                             context_lens: torch.Tensor, sm_scale: float, num_heads: int, has_gate: bool = False,
+                             q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None,
+                             eps: float = 1e-6, norm_offset: float = 0.0, **decode) -> torch.Tensor:
+    """launch_qkv_rope then launch_paged_decode in one launch (decode steps: one token a sequence, at position
+    context_lens[b] - 1): each program QK-norms and rotates its query heads from the fused projection's row and its
+    kv head's new K / V (qkv_rope_kernel's operations, one head at a time: the same bits); the split that holds the
+    new position writes K / V into the cache at slot_mapping[b] (negative, or a padding row: not written) and every
+    program reads that token's K / V from registers, never from the cache row being written. So the output and the
+    cache are the two launches' to the bit. Arguments: launch_qkv_rope's (qkv [B, q | gate? | k | v], ...), then
+    launch_paged_decode's; `decode` takes launch_paged_decode's keywords (gate excepted: with has_gate it is
+    qkv's gate columns). Returns out [B, Hq, D]."""
+    if "gate" in decode:
+        raise TypeError("launch_paged_decode_rope takes the gate from qkv (has_gate=True), not as an argument")
+    B, D = qkv.shape[0], k_cache.shape[3]
+    R, k_col = check_qkv_rope(qkv, positions, inv_freq, k_cache, v_cache, slot_mapping, num_heads, has_gate, q_norm,
+                              k_norm, norm_offset)
+    q = qkv[:, :num_heads * D].view(B, num_heads, D)  # raw: rotated in the kernel
+    gate = qkv[:, num_heads * D:2 * num_heads * D].view(B, num_heads, D) if has_gate else None
+    qk_norm = q_norm is not None
+    rope = dict(positions=positions, inv_freq=inv_freq, q_norm=q_norm if qk_norm else inv_freq,
+                k_norm=k_norm if qk_norm else inv_freq, slot_mapping=slot_mapping, eps=eps,
+                const=dict(ROPE=True, R=R, K_COL=k_col, QK_NORM=qk_norm, NORM_OFFSET=int(norm_offset)))
+    return launch_paged_decode(q, k_cache, v_cache, k_scale, v_scale, block_tables, context_lens, sm_scale,
+                               gate=gate, rope=rope, **decode)
+
+
 # ---------------------------------------------------------------------------------------------- AOT
 
 def signature_paged_decode(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
                            kv_dtype: torch.dtype, q_dtype: torch.dtype = torch.bfloat16, has_gate: bool = False,
                            direct: bool = False, block_n: int | None = None, num_warps: int = 4,
-                           num_stages: int = JIT_DEFAULT_STAGES, pdl: bool = False, combine: bool = False):
+                           num_stages: int = JIT_DEFAULT_STAGES, pdl: bool = False, combine: bool = False,
+                           rope: dict | None = None):
     """AotSignature of stage 1 for one model's attention shape; grid (B, Hkv, num_splits). The defaults are what
-    launch_paged_decode launches (the engine's instances are recorded from it: build_engine/recorded_kernels.py)."""
+    launch_paged_decode launches (the engine's instances are recorded from it: build_engine/recorded_kernels.py).
+    rope: launch_paged_decode_rope's constexprs (R, K_COL, QK_NORM, NORM_OFFSET; QK-norm weights in q_dtype)."""
     P, F, PI, i32 = Q_TYPES[q_dtype], "*fp32", "*i32", "i32"
     types = dict(q=P, stride_qb=i32, stride_qh=i32, k_cache=KV_TYPES[kv_dtype], v_cache=KV_TYPES[kv_dtype],
                  k_scale=F, v_scale=F, block_tables=PI, stride_bt=i32, max_blocks=i32, context_lens=PI, gate=P,
                  stride_gb=i32, stride_gh=i32, out=P, stride_ob=i32, stride_oh=i32, part_o=F, part_lse=F,
-                 counters=PI, num_splits=i32, sm_scale="fp32")
+                 counters=PI, num_splits=i32, sm_scale="fp32", positions=PI, inv_freq=F,
+                 q_norm=P if rope and rope["QK_NORM"] else F, k_norm=P if rope and rope["QK_NORM"] else F,
+                 slot_mapping=PI, eps="fp32")
     const = dict(HQ=num_q_heads, HKV=num_kv_heads, D=head_dim, BS=block_size,
                  BLOCK_N=block_n or default_block_n(head_dim),
                  GP=max(16, triton.next_power_of_2(num_q_heads // num_kv_heads)),
                  IS_FP8=kv_dtype == torch.float8_e4m3fn, DOT_F32=dot_in_fp32(q_dtype, kv_dtype), HAS_GATE=has_gate,
-                 DIRECT=direct, PDL=pdl, COMBINE=combine and not direct)
+                 DIRECT=direct, PDL=pdl, COMBINE=combine and not direct,
+                 **rope_constexprs(dict(rope, ROPE=True) if rope else {}))
     return aot_signature(paged_decode_kernel, types, const, num_warps, num_stages)
 
 

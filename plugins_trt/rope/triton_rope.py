@@ -40,7 +40,7 @@ FP8_MAX = tl.constexpr(448.0)  # largest finite float8_e4m3fn (runtime/kv_cache.
 
 
 @triton.jit
-def _normed_rotated(src, w, d, dmask, partner, is_rot, cos, sin_signed, eps,
+def normed_rotated(src, w, d, dmask, partner, is_rot, cos, sin_signed, eps,
                     D: tl.constexpr, QK_NORM: tl.constexpr, NORM_OFFSET: tl.constexpr):
     """One head's D values at `src`, QK-normed (with weight w) and rotated, fp32 [BLOCK_D].
 
@@ -60,11 +60,31 @@ def _normed_rotated(src, w, d, dmask, partner, is_rot, cos, sin_signed, eps,
 
 
 @triton.jit
-def _store_kv(cache, scale, dst, x, dmask):
-    """Store fp32 values x into a cache row at `dst` the way kv_cache.quantize_kv does for the cache's dtype."""
+def rope_factors(positions, t, inv_freq, d, R: tl.constexpr):
+    """What rotating dims d of token t's heads needs: (is_rot, partner, cos, sin_signed), each shaped like d.
+    is_rot: d < R; partner: d's partner in the other half (d ± R/2); cos, sin_signed of the angle
+    float(positions[t]) · inv_freq[d mod R/2], the sine negated in the lower half (rotate_half: [-x2, x1])."""
+    HALF: tl.constexpr = R // 2
+    is_rot = d < R
+    lower = d < HALF
+    partner = tl.where(lower, d + HALF, d - HALF)
+    angle = tl.load(positions + t).to(tl.float32) * tl.load(inv_freq + tl.where(lower, d, d - HALF), mask=is_rot,
+                                                            other=0.0)
+    return is_rot, partner, tl.cos(angle), tl.where(lower, -tl.sin(angle), tl.sin(angle))
+
+
+@triton.jit
+def quantized_kv(cache, scale, x):
+    """fp32 values x as a cache row of the cache's dtype holds them (kv_cache.quantize_kv)."""
     if cache.dtype.element_ty == tl.float8e4nv:
         x = tl.minimum(tl.maximum(tl.div_rn(x, tl.load(scale)), -FP8_MAX), FP8_MAX)
-    tl.store(dst, x.to(cache.dtype.element_ty), mask=dmask)
+    return x.to(cache.dtype.element_ty)
+
+
+@triton.jit
+def _store_kv(cache, scale, dst, x, dmask):
+    """Store fp32 values x into a cache row at `dst` the way kv_cache.quantize_kv does for the cache's dtype."""
+    tl.store(dst, quantized_kv(cache, scale, x), mask=dmask)
 
 
 @triton.jit
@@ -90,31 +110,50 @@ def qkv_rope_kernel(
     pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    HALF: tl.constexpr = R // 2
     d = tl.arange(0, BLOCK_D)
     dmask = d < D
-    is_rot = d < R
-    lower = d < HALF
-    partner = tl.where(lower, d + HALF, d - HALF)
-    angle = tl.load(positions + t).to(tl.float32) * tl.load(inv_freq + tl.where(lower, d, d - HALF), mask=is_rot,
-                                                            other=0.0)
-    cos = tl.cos(angle)
-    sin_signed = tl.where(lower, -tl.sin(angle), tl.sin(angle))  # rotate_half: [-x2, x1]
+    is_rot, partner, cos, sin_signed = rope_factors(positions, t, inv_freq, d, R)
     row = qkv + t * stride_qkv
     if h < HQ:
-        q = _normed_rotated(row + h * D, q_norm, d, dmask, partner, is_rot, cos, sin_signed, eps, D, QK_NORM,
+        q = normed_rotated(row + h * D, q_norm, d, dmask, partner, is_rot, cos, sin_signed, eps, D, QK_NORM,
                             NORM_OFFSET)
         tl.store(q_out + t * stride_qo + h * D + d, q.to(q_out.dtype.element_ty), mask=dmask)
     else:
         j = h - HQ
         slot = tl.load(slot_mapping + t).to(tl.int64)
         if slot >= 0:
-            k = _normed_rotated(row + K_COL + j * D, k_norm, d, dmask, partner, is_rot, cos, sin_signed, eps, D,
+            k = normed_rotated(row + K_COL + j * D, k_norm, d, dmask, partner, is_rot, cos, sin_signed, eps, D,
                                 QK_NORM, NORM_OFFSET)
             dst = slot * (HKV * D) + j * D + d
             _store_kv(k_cache, k_scale, k_cache + dst, k, dmask)
             v = tl.load(row + K_COL + HKV * D + j * D + d, mask=dmask, other=0.0).to(tl.float32)
             _store_kv(v_cache, v_scale, v_cache + dst, v, dmask)
+
+
+def check_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor, num_heads: int, has_gate: bool,
+                   q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, norm_offset: float) -> tuple[int, int]:
+    """The checks of launch_qkv_rope's arguments (shapes only: no device read); returns (rotary_dim, K_COL)."""
+    T, Hkv, D = qkv.shape[0], k_cache.shape[2], k_cache.shape[3]
+    R = 2 * inv_freq.shape[0]
+    k_col = num_heads * D * (2 if has_gate else 1)
+    if qkv.dim() != 2 or qkv.shape[1] != k_col + 2 * Hkv * D or qkv.stride(1) != 1:
+        raise ValueError(f"qkv: expected [T, {k_col + 2 * Hkv * D}] (Hq {num_heads}, gate {has_gate}, Hkv {Hkv}, "
+                         f"D {D}) with unit column stride, got {tuple(qkv.shape)} strides {qkv.stride()}")
+    if not 0 < R <= D:
+        raise ValueError(f"rotary_dim {R} (2 · inv_freq's {inv_freq.shape[0]}) must be in (0, head_dim={D}]")
+    for name, t in (("positions", positions), ("slot_mapping", slot_mapping)):
+        if t.dim() != 1 or t.shape[0] < T or (T > 1 and t.stride(0) != 1):  # row t reads element t
+            raise ValueError(f"{name}: expected [{T}] with unit stride, got {tuple(t.shape)} strides {t.stride()}")
+    if (q_norm is None) != (k_norm is None):
+        raise ValueError("QK-norm needs both q_norm and k_norm (or neither)")
+    if norm_offset not in (0.0, 1.0):
+        raise ValueError(f"norm_offset must be 0 or 1, got {norm_offset}")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not c.is_contiguous() or c.shape != k_cache.shape:
+            raise ValueError(f"{name}: expected a contiguous [num_blocks, block_size, {Hkv}, {D}] cache, got "
+                             f"{tuple(c.shape)}")
+    return R, k_col
 
 
 def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor,
@@ -138,24 +177,8 @@ def launch_qkv_rope(qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.
     """
     T = qkv.shape[0]
     Hkv, D = k_cache.shape[2], k_cache.shape[3]
-    R = 2 * inv_freq.shape[0]
-    k_col = num_heads * D * (2 if has_gate else 1)
-    if qkv.dim() != 2 or qkv.shape[1] != k_col + 2 * Hkv * D or qkv.stride(1) != 1:
-        raise ValueError(f"qkv: expected [T, {k_col + 2 * Hkv * D}] (Hq {num_heads}, gate {has_gate}, Hkv {Hkv}, "
-                         f"D {D}) with unit column stride, got {tuple(qkv.shape)} strides {qkv.stride()}")
-    if not 0 < R <= D:
-        raise ValueError(f"rotary_dim {R} (2 · inv_freq's {inv_freq.shape[0]}) must be in (0, head_dim={D}]")
-    for name, t in (("positions", positions), ("slot_mapping", slot_mapping)):
-        if t.dim() != 1 or t.shape[0] < T or (T > 1 and t.stride(0) != 1):  # row t reads element t
-            raise ValueError(f"{name}: expected [{T}] with unit stride, got {tuple(t.shape)} strides {t.stride()}")
-    if (q_norm is None) != (k_norm is None):
-        raise ValueError("QK-norm needs both q_norm and k_norm (or neither)")
-    if norm_offset not in (0.0, 1.0):
-        raise ValueError(f"norm_offset must be 0 or 1, got {norm_offset}")
-    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if not c.is_contiguous() or c.shape != k_cache.shape:
-            raise ValueError(f"{name}: expected a contiguous [num_blocks, block_size, {Hkv}, {D}] cache, got "
-                             f"{tuple(c.shape)}")
+    R, k_col = check_qkv_rope(qkv, positions, inv_freq, k_cache, v_cache, slot_mapping, num_heads, has_gate, q_norm,
+                              k_norm, norm_offset)
     out = torch.empty((T, num_heads, D), dtype=qkv.dtype, device=qkv.device) if out is None else out
     if out.shape != (T, num_heads, D) or out.stride(2) != 1 or out.stride(1) != D:
         raise ValueError(f"out: expected [{T}, {num_heads}, {D}] with contiguous heads, got {tuple(out.shape)} "

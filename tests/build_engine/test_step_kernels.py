@@ -82,6 +82,9 @@ def test_every_step_the_runner_launches_finds_its_kernels(built):
     # no second, reducing launch)
     decode = [k for k in plan["instances"] if k.startswith("paged_decode_kernel(")]
     assert any("COMBINE=True" in k for k in decode)
+    # ... and QK-norm, RoPE and the K / V write happen inside it (launch_paged_decode_rope); qkv_rope_kernel serves
+    # the prefill steps only
+    assert decode and all("ROPE=True" in k for k in decode)
     assert not any(k.startswith("paged_decode_reduce_kernel") for k in plan["instances"])
     assert config.qk_norm and any(n.startswith("qkv_rope_kernel") for n in launched)
     # the step's small kernels are compiled for programmatic dependent launch (plugins_trt/pdl.py)

@@ -241,6 +241,83 @@ def test_decode_combine_is_the_two_stages_to_the_bit(case):
         launch_paged_decode(*args, gate=gate, num_splits=splits, counters=counters[:B * Hkv - 1])
 
 
+# (id, contexts (0: a padding row), Hq, Hkv, D, bs, io dtype, cache dtype, (k_scale, v_scale), num_splits, combine,
+#  gate, QK-norm, rotary fraction, norm offset)
+ROPE_DECODE_CASES = [
+    ("llama-fp32-S1", [37, 0, 70], 4, 2, 64, 16, torch.float32, torch.float32, (1, 1), 1, False, False, False, 1.0,
+     0.0),
+    ("llama-bf16-S3-combine", [70, 1, 0, 33], 4, 2, 64, 16, torch.bfloat16, torch.bfloat16, (1, 1), 3, True, False,
+     False, 1.0, 0.0),
+    ("qwen3-bf16-S2-two-launches", [45, 16], 4, 2, 64, 8, torch.bfloat16, torch.bfloat16, (1, 1), 2, False, False,
+     True, 1.0, 0.0),
+    ("qwen3.5-bf16-fp8-S4-combine-gate", [3, 45, 0, 29], 4, 1, 64, 8, torch.bfloat16, FP8, (0.02, 0.03), 4, True,
+     True, True, 0.25, 1.0),
+    ("qwen3.5-fp32-D128-S2-combine-gate", [50, 17], 6, 2, 128, 16, torch.float32, torch.float32, (1, 1), 2, True,
+     True, True, 0.25, 1.0),
+]
+
+
+def rope_decode_pair(case, launches: int = 2):
+    """One ROPE_DECODE_CASES case both ways: launch_qkv_rope then launch_paged_decode, and launch_paged_decode_rope
+    (`launches` times on the same inputs, as graph replays do). Returns (fused out, two-launch out, fused caches,
+    two-launch caches, torch reference out, counters)."""
+    from atlas.plugins_trt.attention.triton_decode import launch_paged_decode_rope
+    from atlas.plugins_trt.rope.reference import qkv_rope_kv_write, rope_inv_freq
+    from atlas.plugins_trt.rope.triton_rope import launch_qkv_rope
+
+    name, ctx, Hq, Hkv, D, bs, io, kvdt, scales, splits, combine, gated, qk_norm, partial, offset = case
+    p = Paged(ctx, Hkv, D, bs, dtype=kvdt, scales=scales, seed=len(name) + 7)
+    B = len(ctx)
+    width = Hq * D * (2 if gated else 1) + 2 * Hkv * D
+    qkv = p.rand(B, width + 8, dtype=io)[:, :width]  # strided rows, as the projection's output view
+    table = p.block_tables.cpu()
+    slots = torch.tensor([int(table[b, (c - 1) // bs]) * bs + (c - 1) % bs if c > 0 else -1 for b, c in enumerate(ctx)],
+                         dtype=torch.int32, device=DEV)
+    positions = torch.tensor([max(c - 1, 0) for c in ctx], dtype=torch.int32, device=DEV)
+    inv_freq = rope_inv_freq(int(D * partial), 1e6, None).to(DEV)
+    norms = dict(q_norm=p.rand(D, dtype=io) * 0.5, k_norm=p.rand(D, dtype=io) * 0.5) if qk_norm else {}
+    rope = dict(has_gate=gated, **norms, eps=1e-6, norm_offset=offset)
+    counters = torch.zeros(B * Hkv, dtype=torch.int32, device=DEV) if combine else None
+
+    k2, v2 = p.k.clone(), p.v.clone()
+    q = launch_qkv_rope(qkv, positions, inv_freq, k2, v2, p.k_scale, p.v_scale, slots, Hq, **rope)
+    gate = qkv[:, Hq * D:2 * Hq * D].view(B, Hq, D) if gated else None
+    two = launch_paged_decode(q, k2, v2, p.k_scale, p.v_scale, p.block_tables, p.context_lens, D ** -0.5, gate=gate,
+                              num_splits=splits, out=poison(B, Hq, D, dtype=io), counters=counters)
+    k1, v1 = p.k.clone(), p.v.clone()
+    outs = [launch_paged_decode_rope(qkv, positions, inv_freq, slots, k1, v1, p.k_scale, p.v_scale, p.block_tables,
+                                     p.context_lens, D ** -0.5, Hq, **rope, num_splits=splits,
+                                     out=poison(B, Hq, D, dtype=io), counters=counters) for _ in range(launches)]
+    assert all(torch.equal(o, outs[0]) for o in outs), f"{name}: a second launch gave other output"
+    ref_layer = LayerKV(p.k.clone(), p.v.clone(), p.k_scale, p.v_scale)
+    q_ref = qkv_rope_kv_write(qkv, positions, inv_freq, ref_layer, slots, Hq, gated, norms.get("q_norm"),
+                              norms.get("k_norm"), 1e-6, offset)
+    ref = paged_attention(q_ref, ref_layer.k, ref_layer.v, p.k_scale, p.v_scale, p.block_tables, p.context_lens,
+                          torch.arange(B + 1, dtype=torch.int32, device=DEV), D ** -0.5, gate=gate)
+    with pytest.raises(TypeError, match="takes the gate from qkv"):
+        launch_paged_decode_rope(qkv, positions, inv_freq, slots, k1, v1, p.k_scale, p.v_scale, p.block_tables,
+                                 p.context_lens, D ** -0.5, Hq, **rope, gate=gate)
+    return outs[0], two, (k1, v1), (k2, v2), ref, counters
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize("case", ROPE_DECODE_CASES, ids=[c[0] for c in ROPE_DECODE_CASES])
+def test_decode_rope_is_qkv_rope_then_decode_to_the_bit(case):
+    """launch_paged_decode_rope (QK-norm, RoPE and the K / V write inside the decode launch) against
+    launch_qkv_rope then launch_paged_decode: the output and both caches to the bit, twice (the counters back at
+    zero), padding rows (slot -1, context 0) zero; the output near the torch reference too."""
+    name, ctx, io = case[0], case[1], case[6]
+    one, two, caches1, caches2, ref, counters = rope_decode_pair(case)
+    assert same_bits(one, two), name
+    assert all(same_bits(a, b) for a, b in zip(caches1, caches2)), f"{name}: the caches differ"
+    assert counters is None or not counters.any()
+    assert all(one[b].eq(0).all() for b, c in enumerate(ctx) if c <= 0)
+    report(f"decode+rope {name}", rel(one, ref), TOL if io == torch.float32 else BF16_TOL)
+
+
 @pytest.mark.parametrize("splits", [1, 3], ids=["S1", "S3"])
 def test_decode_padding_rows_are_zero(splits):
     """context_lens <= 0 marks a padding row (a CUDA-graph bucket's unused slots): output zeros, block-table row
@@ -356,6 +433,12 @@ cases = {  # Llama-3.1-8B's attention (Hq 32, Hkv 8, D 128), block_size 16
     "decode.bf16.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True),
     "decode.combine.gate.pdl": TD.signature_paged_decode(24, 4, 256, 16, bf, has_gate=True, pdl=True, combine=True),
     "decode_reduce.pdl": TD.signature_paged_decode_reduce(32, 128, 16, pdl=True),
+    # QK-norm, RoPE and the K / V write inside (launch_paged_decode_rope), as the engines' decode steps launch it
+    "decode.rope.combine.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True, combine=True,
+                                                         rope=dict(R=128, K_COL=4096, QK_NORM=False, NORM_OFFSET=0)),
+    "decode.rope.fp8.combine.gate.pdl": TD.signature_paged_decode(
+        24, 4, 256, 16, torch.float8_e4m3fn, has_gate=True, pdl=True, combine=True,
+        rope=dict(R=64, K_COL=2 * 24 * 256, QK_NORM=True, NORM_OFFSET=1)),
 }
 report = {}
 for name, sig in cases.items():
@@ -455,6 +538,41 @@ def test_gpu_prefill_and_verify_real_shapes(model, kv):
                                    out=poison(T, Hq, D, dtype=torch.bfloat16))
         ref = paged_attention(q, *p.cache_args(), cu, D ** -0.5, gate=gate)
         report(f"{model} {kv} {what}", rel(out, ref), BF16_TOL)
+
+
+GPU_ROPE_CASES = [  # real shapes, contexts 640 / 4096 split and combined, bf16 and FP8 caches
+    ("llama3.1-8b-bf16-S4", [640, 4096, 0, 17], 32, 8, 128, 16, torch.bfloat16, torch.bfloat16, (1, 1), 4, True,
+     False, False, 1.0, 0.0),
+    ("llama3.1-8b-fp8-S1", [640, 1], 32, 8, 128, 16, torch.bfloat16, FP8, (0.02, 0.03), 1, False, False, False,
+     1.0, 0.0),
+    ("qwen3.5-27b-bf16-S8", [640, 4096, 0], 24, 4, 256, 16, torch.bfloat16, torch.bfloat16, (1, 1), 8, True, True,
+     True, 0.25, 1.0),
+    ("qwen3.5-27b-fp8-S2", [4096, 640], 24, 4, 256, 16, torch.bfloat16, FP8, (0.02, 0.03), 2, True, True, True,
+     0.25, 1.0),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_ROPE_CASES, ids=[c[0] for c in GPU_ROPE_CASES])
+def test_gpu_decode_rope_real_shapes(case):
+    """The fused decode (QK-norm, RoPE, K / V write inside) against qkv_rope then decode on the GPU. Without
+    QK-norm the same bits (elementwise operations only); with it, the RMS's sum may be reduced in another order
+    by the two kernels' layouts: then the caches' written rows and the output are compared by error ratio, and the
+    fraction of identical bits is reported."""
+    name, qk_norm = case[0], case[12]
+    one, two, caches1, caches2, ref, counters = rope_decode_pair(case, launches=3)
+    assert counters is None or not counters.any()
+    report(f"decode+rope {name} vs reference", rel(one, ref), BF16_TOL)
+    if not qk_norm:
+        assert same_bits(one, two), name
+        assert all(same_bits(a, b) for a, b in zip(caches1, caches2)), f"{name}: the caches differ"
+        return
+    print(f"    {name}: {(one.view(torch.int16) == two.view(torch.int16)).float().mean().item():.2%} of the output's "
+          f"bits identical to the two launches'")
+    report(f"decode+rope {name} vs two launches", rel(one, two), BF16_TOL)
+    for a, b in zip(caches1, caches2):
+        report(f"decode+rope {name} cache vs two launches", rel(a.float().nan_to_num(), b.float().nan_to_num()),
+               BF16_TOL)
 
 
 @pytest.mark.gpu
