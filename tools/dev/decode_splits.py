@@ -1,5 +1,5 @@
-"""The decode attention's split count: the two-stage paged decode (stage 1 over num_splits context splits, then the
-combine) timed at each num_splits beside the count the runner picks (model_runner.RunnerOptions.num_splits:
+"""The decode attention's split count: the paged decode over num_splits context splits, combined in the same launch
+as the runner launches it (COMBINE), timed at each num_splits beside the count the runner picks (model_runner.RunnerOptions.num_splits:
 default_num_splits from the engine's max_seq_len), on the real models' attention shapes.
 
     python -m atlas.tools.dev.decode_splits     # GPU box; writes $OUT/decode_splits.json
@@ -52,11 +52,12 @@ def main() -> None:
                 runner_splits = default_num_splits(batch, hkv, ctx + 192)  # bench_decode: prompt + gen + 64
                 counts = sorted(set(SPLITS) | {runner_splits})
                 ws = decode_workspace(batch, hq, d, max(counts), "cuda")
+                counters = torch.zeros(batch * hkv, dtype=torch.int32, device="cuda")  # one launch (COMBINE)
 
                 def run(splits, cache):
                     k, v, bt, cl = cache
                     return launch_paged_decode(q, k, v, one, one, bt, cl, d ** -0.5, gate=gate, num_splits=splits,
-                                               out=out, workspace=ws, pdl=True)
+                                               out=out, workspace=ws, pdl=True, counters=counters)
 
                 want = run(1, caches[0]).float().clone()
                 for splits in counts:
