@@ -376,7 +376,8 @@ if [ "$what" = padtests ]; then  # written 2026-12-07 (fifth session): the NVFP4
     # per-kernel shares on a small engine
     timeout ${PADTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_attention_triton.py \
         tests/runtime/test_linear_tiled.py tests/runtime/test_model_runner.py tests/runtime/test_bench.py \
-        -k "padded or small_engine or gpu_decode_real_shapes or gpu_decode_rope or replay or follow or greedy or continues" 2>&1 \
+        tests/runtime/test_cuda_ops_attention.py -k "padded or small_engine or gpu_decode_real_shapes or gpu_decode_rope \
+        or replay or follow or greedy or continues or step_matches_the_reference or chunks_match_the_reference" 2>&1 \
         | tee "$out/pytest_pad_gpu.log" | tail -15
 fi
 if [ "$what" = smollm2 ]; then  # the default model's GPU test. The GGUF (94 MB) is over the carry limit, so it
