@@ -8,15 +8,29 @@ wait, so a PDL kernel computes what it computes launched plainly; only its launc
 before it. The launch path (atlas.plugins_trt.launch, runtime/kernels.py) launches an instance whose PDL constexpr is
 true with the attribute. The interpreter has no grids to overlap and cannot run the instructions: under
 TRITON_INTERPRET=1 the launch path compiles PDL off.
+
+PDL = WAIT_FIRST (2) takes the two the other way round: wait, then let the next kernel launch. The first order lets a
+chain of small kernels launch each other before any of them runs, so the grids after a GEMV (the norm, the next
+GEMV with its prefetched weights, ...) may take SM slots while it runs. The H100 profile of the 27B nvfp4 engine
+(tools/results/decode_h100.json, 2026-12-07 sixth session) has its persistent stream-K gate_up GEMV (264 programs,
+two an SM, sized to run at once) at 70 us a launch inside the step against 43 us for the best GEMV of that shape
+alone (gemm_h100.json). With WAIT_FIRST a small kernel lets the next one launch only once its predecessor is done.
+Not yet measured: `atlas-build --pdl-wait-first` / bench_decode's `--pdl-wait-first` give the A/B.
 """
 
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+WAIT_FIRST = 2
+"""The PDL constexpr (and RunnerOptions.pdl) value of the wait-then-launch order (module docstring)."""
+
 
 @triton.jit
 def pdl_enter(PDL: tl.constexpr):
-    if PDL:
+    if PDL == 2:  # WAIT_FIRST
+        gdc_wait()
+        gdc_launch_dependents()
+    elif PDL:
         gdc_launch_dependents()
         gdc_wait()

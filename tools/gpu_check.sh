@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -363,6 +363,18 @@ if [ "$what" = session6 ]; then  # the next session's first call (~9 minutes): t
     # profile's per-kernel shares, batch 8)
     PADTESTS_TIMEOUT=${S6_TESTS_TIMEOUT:-260} bash "$0" padtests
     DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S6_DECODE_TIMEOUT:-290} bash "$0" decode
+fi
+if [ "$what" = pdlab ]; then  # written 2026-12-07 (sixth session): the small kernels' PDL order, A/B on one machine:
+    # PDLAB_CASES (default the 8B nvfp4 engine; qwen3.5-27b:nvfp4 is where the stream-K gate_up ran 70 us a launch in
+    # the step against 43 alone) with the default order, then with --pdl-wait-first ('<case>+pdl-wait-first'),
+    # atlas only, both profiled at batch 1 and 8 (~2.5 min for the 8B, ~6.5 for the 27B)
+    DECODE_CASES=${PDLAB_CASES:-llama-3.1-8b:nvfp4} DECODE_PART=atlas DECODE_TIMEOUT=${PDLAB_TIMEOUT:-280} bash "$0" decode
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr H h)
+    file=decode_$gpu.json; [ "$gpu" = h200 ] && file=decode.json
+    cp "$out/$file" "$out/pdlab_default.json"
+    timeout ${PDLAB_TIMEOUT:-280} python3 -m atlas.tools.bench_decode --out "$out/$file" \
+        --cases "${PDLAB_CASES:-llama-3.1-8b:nvfp4}" --part atlas --tuning-cache "$out/tuning_cache.json" \
+        --pdl-wait-first --merge "$out/pdlab_default.json" 2>&1 | tee "$out/bench_decode_pdlab_$gpu.log" | tail -30
 fi
 if [ "$what" = attnsplits ]; then  # the decode attention's split count: each count timed beside the runner's on
     # the 8B and 27B attention shapes, contexts 640 / 4096, batch 1 / 8 / 32 (tools/dev/decode_splits.py; ~1-2 min)

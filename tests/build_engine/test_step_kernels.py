@@ -105,6 +105,20 @@ def test_no_pdl_records_plain_instances(built):
     assert {k.split("(")[0] for k in keys} == {k.split("(")[0] for k in built["step_kernels"]["instances"]}
 
 
+def test_pdl_wait_first_records_its_instances(built):
+    """RunnerOptions.pdl WAIT_FIRST (atlas-build --pdl-wait-first): the same kernels, the small ones compiled with
+    PDL=2 (plugins_trt/pdl.py: wait, then let the next kernel launch), none with the default order."""
+    from atlas.build_engine.step_kernels import record_step_kernels
+    from atlas.plugins_trt.pdl import WAIT_FIRST
+
+    config = ModelConfig.from_dict(built["config"])
+    options = RunnerOptions(**{**built["step_kernels"]["options"], "pdl": WAIT_FIRST})
+    keys = list(record_step_kernels(config, options).instances)
+    assert not any("PDL=True" in k for k in keys)
+    assert any(k.startswith("paged_decode_kernel(") and "PDL=2" in k for k in keys)
+    assert {k.split("(")[0] for k in keys} == {k.split("(")[0] for k in built["step_kernels"]["instances"]}
+
+
 GDN_STEP_KERNELS = {"gdn_recurrent_kernel",  # decode: conv + gating + delta rule + gated norm, fused
                     "conv_varlen_kernel", "chunk_wy_sliced_kernel", "chunk_state_kernel", "chunk_out_kernel"}  # prefill
 

@@ -433,6 +433,7 @@ cases = {  # Llama-3.1-8B's attention (Hq 32, Hkv 8, D 128), block_size 16
     "decode.bf16.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True),
     "decode.combine.gate.pdl": TD.signature_paged_decode(24, 4, 256, 16, bf, has_gate=True, pdl=True, combine=True),
     "decode_reduce.pdl": TD.signature_paged_decode_reduce(32, 128, 16, pdl=True),
+    "decode.combine.wait_first.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=2, combine=True),  # pdl.WAIT_FIRST
     # QK-norm, RoPE and the K / V write inside (launch_paged_decode_rope), as the engines' decode steps launch it
     "decode.rope.combine.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True, combine=True,
                                                          rope=dict(R=128, K_COL=4096, QK_NORM=False, NORM_OFFSET=0)),
@@ -457,6 +458,7 @@ for name, sig in cases.items():
             usage = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True).stdout
             sass = subprocess.run([str(cuobjdump), "-sass", f.name], capture_output=True, text=True).stdout
         entry["pdl"] = "PREEXIT" in sass and "ACQBULK" in sass  # griddepcontrol.launch_dependents / .wait
+        entry["wait_first"] = entry["pdl"] and sass.index("ACQBULK") < sass.index("PREEXIT")
         for key in ("REG", "STACK", "LOCAL"):
             m = re.search(key + r":(\d+)", usage)
             entry[key.lower()] = int(m.group(1)) if m else None
@@ -482,6 +484,8 @@ def test_kernels_compile_for_sm90(tmp_path):
         assert e["cubin"] > 0 and e["scratch"] == 0, name
         assert e.get("local") in (0, None), f"{name} spills registers to local memory"
         assert e.get("pdl", name.endswith(".pdl")) == name.endswith(".pdl"), name
+        # plugins_trt/pdl.py: the default order lets the next kernel launch, then waits; WAIT_FIRST the other way
+        assert e.get("wait_first", ".wait_first" in name) == (".wait_first" in name), name
         if ".combine" in name:  # the split counter: one acq_rel GPU-scope atomic by one thread after a CTA barrier,
             # the partials read back past L1
             assert len(e["atoms"]) == 1 and e["atoms"][0].startswith("@"), e["atoms"]

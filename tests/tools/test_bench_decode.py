@@ -2,7 +2,7 @@
 
 import pytest
 
-from atlas.tools.bench_decode import summarize
+from atlas.tools.bench_decode import WAIT_FIRST, case_name, summarize
 
 
 def _run(case, b1_tps, floor):
@@ -22,6 +22,20 @@ def test_summary_keys_and_min_speedup():
     assert "hybrid_bf16_b1_floor_fraction" not in s  # its case did not run
     assert s["min_speedup_vs_hf"] == 6.0  # 90 / 15 and 120 / 20 both 6; 300 / 20 = 15
     assert s["speedup_vs_hf"]["llama-3.1-8b:nvfp4"] == 15.0
+
+
+def test_pdl_variants_are_kept_beside_the_default_and_out_of_the_speedups():
+    """An A/B run is recorded under its own name ('+no-pdl', '+pdl-wait-first') and takes no part in the speedups."""
+    from atlas.plugins_trt.pdl import WAIT_FIRST as PDL_WAIT_FIRST
+
+    assert WAIT_FIRST == PDL_WAIT_FIRST
+    assert case_name("llama-3.1-8b:nvfp4", True) == "llama-3.1-8b:nvfp4"
+    assert case_name("llama-3.1-8b:nvfp4", False) == "llama-3.1-8b:nvfp4+no-pdl"
+    assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST) == "llama-3.1-8b:nvfp4+pdl-wait-first"
+    default = {**_run("llama-3.1-8b:nvfp4", 300.0, 0.6), "pdl": True}
+    variant = {**_run(case_name("llama-3.1-8b:nvfp4", WAIT_FIRST), 100.0, 0.2), "pdl": WAIT_FIRST}
+    s = summarize([default, variant], {"llama-3.1-8b": {"tokens_per_s": 20.0}})
+    assert s["speedup_vs_hf"] == {"llama-3.1-8b:nvfp4": 15.0} and s["nvfp4_b1_floor_fraction"] == 0.6
 
 
 def test_no_peer_no_speedup():
