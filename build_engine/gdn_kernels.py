@@ -96,10 +96,11 @@ def gdn_kernel_specs(config: ModelConfig) -> tuple[list, dict]:
     plan = {"dims": {"HK": HK, "HV": HV, "DK": DK, "DV": DV, "KW": KW, "C": C}, "act_dtype": "bf16",
             "state_dtype": "fp32", "norm_eps": eps, "chunk_size": chunk.CHUNK, "verify_mode": "states"}
     rgrid = ["DV // BV", "HV", "B"]
-    # decode / verify: the fused norm fixes the tile (BV = DV, 8 warps) whatever B and T
+    # decode: Dv tiles of a batch-1 step with the fused norm across them (SPLIT_NORM); verify: the fused norm fixes
+    # the tile (BV = DV, 8 warps) whatever B and T
     bv, warps = rec.recurrent_config(1, 1, HV, DV, fuse_norm=True)
     plan["decode"] = add("decode", rec.signature_gdn_recurrent("decode", HK, HV, DK, DV, KW, BV=bv, num_warps=warps,
-                                                               norm_eps=eps), rgrid)
+                                                               norm_eps=eps, split_norm=bv < DV), rgrid)
     bv, warps = rec.recurrent_config(2, 1, HV, DV, fuse_norm=True)
     verify = add("verify", rec.signature_gdn_recurrent("verify", HK, HV, DK, DV, KW, BV=bv, num_warps=warps,
                                                        norm_eps=eps), rgrid)

@@ -13,6 +13,14 @@ launchers. Per value head h, with key head kh = h // (HV/HK) and state S [DK, DV
 
 One program per (Dv tile, value head, sequence): grid (DV // BV, HV, B).
 
+The gated norm needs a head's whole o. With several tokens (verify) one program holds the head (BV = DV, 8
+warps). A decode step (T = 1) keeps the Dv tiles of the unfused kernel (BV 32 / 64, 4 warps; at BV = DV the
+kernel needed 255 registers and a ~1000-byte stack of spills a thread on sm_90) and fuses the norm across them
+(SPLIT_NORM): each tile writes its o, rounded to the output dtype, and its sum of squares (fp32 scratch `nss`); the
+head's last tile to arrive, found with a counter in `sync` after the window's, normalizes the head. Written
+2026-12-07 from the SASS and the 27B engine's profile (the fused decode at 23 us a layer against 6.7 us for the
+unfused tiles in bench_gdn); GPU tests and timing pending.
+
 The conv (width KW = 4) runs in registers: the last three inputs of each channel start from the
 window and shift by one per token, so a token costs one load of its own input row, issued a token
 ahead; no memory access sits on the token-to-token path.
@@ -42,7 +50,8 @@ def gdn_recurrent_kernel(
     state,                # [num_slots, HV, DK, DV] recurrent states, fp32 or bf16 (the pointer's type)
     slots,                # int32 [B]; a negative slot is a padding row: skipped, nothing written
     lens,                 # int32 [B] tokens to run, 0..T (read only if HAS_LENS; else every row runs T)
-    sync,                 # int32 [B, HK] zeroed counters (IN_PLACE); left zero
+    sync,                 # int32 [B, HK] zeroed counters (IN_PLACE), then [B, HV] (SPLIT_NORM); left zero
+    nss,                  # fp32 [B, HV, NV] each Dv tile's sum of squares of o (SPLIT_NORM)
     o, stride_o,          # [B*T, HV*DV] outputs (STORE_O)
     z, stride_z, norm_w,  # [B*T, HV*DV] output gate and [DV] norm weight (FUSE_NORM)
     steps,                # [B, T, HV, DK, DV] the state after each token (STORE_STEPS)
@@ -57,6 +66,7 @@ def gdn_recurrent_kernel(
     FUSE_NORM: tl.constexpr, NORM_EPS: tl.constexpr,
     HAS_CONV_BIAS: tl.constexpr, HAS_LENS: tl.constexpr,
     PDL: tl.constexpr = False,           # programmatic dependent launch (plugins_trt/pdl.py)
+    SPLIT_NORM: tl.constexpr = False,    # FUSE_NORM over NV > 1 Dv tiles (T = 1 only): module docstring
 ):
     tl.static_assert(KW == 4, "the fused kernel keeps the conv's last three inputs in registers (KW 4)")
     pdl_enter(PDL)
@@ -64,8 +74,8 @@ def gdn_recurrent_kernel(
     R: tl.constexpr = HV // HK
     NV: tl.constexpr = DV // BV
     C: tl.constexpr = 2 * HK * DK + HV * DV
-    if FUSE_NORM:
-        tl.static_assert(BV == DV, "FUSE_NORM needs the whole head in one program (BV == DV)")
+    if FUSE_NORM and not SPLIT_NORM:
+        tl.static_assert(BV == DV, "FUSE_NORM needs the whole head in one program (BV == DV) or SPLIT_NORM")
     slot = tl.load(slots + bi).to(tl.int64)
     n = T
     if HAS_LENS:
@@ -125,9 +135,20 @@ def gdn_recurrent_kernel(
                     tl.store(dk + (row * HK + kh) * DK + ck, k)
         if STORE_O:
             out = tl.sum(S * q[:, None], axis=0)  # out: [BV]
-            if FUSE_NORM:
-                out = gated_norm_vec(out, z + row * stride_z + h * DV, norm_w, cv, DV, NORM_EPS, o.dtype.element_ty)
-            tl.store(o + row * stride_o + h * DV + cv, out.to(o.dtype.element_ty))
+            if SPLIT_NORM:  # this tile's o (rounded, as gated_norm_vec first does) and its sum of squares; the
+                # head's last tile to arrive normalizes all NV of them
+                out = out.to(o.dtype.element_ty)
+                tl.store(o + row * stride_o + h * DV + cv, out)
+                ss = tl.sum(out.to(tl.float32) * out.to(tl.float32), axis=0)
+                tl.store(nss + (bi * HV + h) * NV + iv, ss)
+                _split_norm(o + row * stride_o + h * DV, z + row * stride_z + h * DV, norm_w,
+                            nss + (bi * HV + h) * NV, sync + HK * tl.num_programs(2) + bi * HV + h, DV, NV,
+                            NORM_EPS)
+            else:
+                if FUSE_NORM:
+                    out = gated_norm_vec(out, z + row * stride_z + h * DV, norm_w, cv, DV, NORM_EPS,
+                                         o.dtype.element_ty)
+                tl.store(o + row * stride_o + h * DV + cv, out.to(o.dtype.element_ty))
         if STORE_STEPS:
             tl.store(steps + (row * HV + h) * (DK * DV) + tile, S.to(steps.dtype.element_ty))
         if KEEP_INPUTS:
@@ -148,6 +169,23 @@ def gdn_recurrent_kernel(
             _store_window_cols(win, q_ch, q1, q2, q3)
             _store_window_cols(win, k_ch, k1, k2, k3)
             tl.atomic_xchg(sync + bi * HK + kh, 0, sem="relaxed")
+
+
+@triton.jit
+def _split_norm(o_row, z_row, norm_w, ss_row, count, DV: tl.constexpr, NV: tl.constexpr, NORM_EPS: tl.constexpr):
+    """SPLIT_NORM: after this program's tile of one head's o and its sum of squares are written, the head's last
+    program to arrive (an acq_rel counter, after a CTA barrier: gluon_streamk's / COMBINE's pattern) takes the NV sums
+    in tile order and writes norm_w · o / rms(o) · silu(z) over the whole head (its rows read past L1, .cg)."""
+    tl.debug_barrier()  # every thread's stores are issued before the count
+    if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == NV - 1:
+        total = tl.sum(tl.load(ss_row + tl.arange(0, NV), cache_modifier=".cg"), axis=0)
+        d = tl.arange(0, DV)
+        out = tl.load(o_row + d, cache_modifier=".cg").to(tl.float32)
+        zt = tl.load(z_row + d).to(tl.float32)
+        w = tl.load(norm_w + d).to(tl.float32)
+        y = out * tl.rsqrt(total / DV + NORM_EPS) * w * (zt * tl.sigmoid(zt))
+        tl.store(o_row + d, y.to(o_row.dtype.element_ty))
+        tl.store(count, 0)
 
 
 @triton.jit
@@ -199,6 +237,21 @@ def sync_counters(device: torch.device, count: int) -> torch.Tensor:
     return buf
 
 
+_NSS: dict[torch.device, torch.Tensor] = {}
+
+
+def norm_partials(device: torch.device, count: int) -> torch.Tensor:
+    """fp32 scratch for SPLIT_NORM's per-tile sums of squares, at least `count` (written before read every launch,
+    so never zeroed; grown like sync_counters, the old buffer kept for the graphs that hold it)."""
+    buf = _NSS.get(device)
+    if buf is None or buf.numel() < count:
+        if buf is not None:
+            _OUTGROWN.append(buf)
+        buf = torch.empty(max(count, 4096), dtype=torch.float32, device=device)
+        _NSS[device] = buf
+    return buf
+
+
 def rows(t: torch.Tensor, name: str, width: int) -> torch.Tensor:
     """t [..., width] as [rows, width] with unit column stride (a view where t allows it)."""
     r = t.reshape(-1, width)
@@ -210,7 +263,7 @@ def rows(t: torch.Tensor, name: str, width: int) -> torch.Tensor:
 def recurrent_config(T: int, B: int, HV: int, DV: int, fuse_norm: bool, BV: int | None = None,
                      num_warps: int | None = None) -> tuple[int, int]:
     """The launcher's default (BV, num_warps); see launch_recurrent."""
-    if fuse_norm:
+    if fuse_norm and T > 1:
         BV, num_warps = DV, num_warps or 8
     elif BV is None:
         if T > 1:
@@ -246,7 +299,7 @@ _VIEWS = ("a", "b", "z")
 
 def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: int, *, BV: int, num_warps: int,
                             num_stages: int = 3, norm_eps: float = 1e-6, act: str = "*bf16",
-                            state: str = "*fp32", has_conv_bias: bool = False):
+                            state: str = "*fp32", has_conv_bias: bool = False, split_norm: bool = False):
     """gdn_recurrent_kernel for one of RECURRENT_MODES; T (tokens per sequence) stays a run-time int.
 
     act: dtype of the activations, conv weight, window and keep buffers; state: of state and steps; A_log,
@@ -256,11 +309,11 @@ def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: i
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
-                 state=state, slots=I, lens=I, sync=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F,
+                 state=state, slots=I, lens=I, sync=I, nss=F if split_norm else state, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F,
                  steps=state, keep_x=P, keep_ab=P, dk=F, du=F, dg=F, T=i32)
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV,
                  NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias,
-                 **{"STORE_DELTAS": False, **RECURRENT_MODES[mode]})
+                 **{"STORE_DELTAS": False, **RECURRENT_MODES[mode]}, SPLIT_NORM=split_norm)
     return aot_signature_of(gdn_recurrent_kernel, types, const, num_warps, num_stages, unaligned=_VIEWS)
 
 
@@ -288,12 +341,16 @@ def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, st
         raise ValueError(f"a and b need one row stride, got {a.stride(0)} and {b.stride(0)}")
     fuse_norm = z is not None
     BV, num_warps = recurrent_config(T, B, HV, DV, fuse_norm, BV, num_warps)
+    split_norm = fuse_norm and BV < DV
+    if split_norm and T != 1:
+        raise ValueError(f"the gated norm fused over Dv tiles (BV {BV} < DV {DV}) needs T = 1, got T = {T}")
     dummy = state  # stands in for every pointer a constexpr flag keeps the kernel from touching
     grid = (DV // BV, HV, B)
     launch(gdn_recurrent_kernel, grid,
            (x, x.stride(0), a, b, a.stride(0), conv_weight, conv_bias if conv_bias is not None else conv_weight,
             A_log, dt_bias, window, state, slots, lens if lens is not None else slots,
-            sync_counters(state.device, B * HK),
+            sync_counters(state.device, B * (HK + HV)),
+            norm_partials(state.device, B * HV * (DV // BV)) if split_norm else dummy,
             o if o is not None else dummy, o.stride(0) if o is not None else 0,
             z if fuse_norm else dummy, z.stride(0) if fuse_norm else 0, norm_weight if fuse_norm else dummy,
             steps if steps is not None else dummy, keep_x if keep_x is not None else dummy,
@@ -301,5 +358,5 @@ def launch_recurrent(x, a, b, conv_weight, conv_bias, A_log, dt_bias, window, st
            dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV, IN_PLACE=in_place,
                 STORE_STEPS=steps is not None, KEEP_INPUTS=keep_x is not None, STORE_O=o is not None,
                 STORE_DELTAS=deltas is not None, FUSE_NORM=fuse_norm, NORM_EPS=float(norm_eps),
-                HAS_CONV_BIAS=conv_bias is not None, HAS_LENS=lens is not None, PDL=pdl),
+                HAS_CONV_BIAS=conv_bias is not None, HAS_LENS=lens is not None, PDL=pdl, SPLIT_NORM=split_norm),
            num_warps, JIT_DEFAULT_STAGES, aot=aot, unaligned=_VIEWS)

@@ -204,6 +204,36 @@ def test_decode_skips_padding_rows_and_fuses_gated_norm():
     assert torch.equal(state[others], s.state[others]) and torch.equal(window[others], s.window[others])
 
 
+@pytest.mark.parametrize("BV", [16, 32], ids=["NV4", "NV2"])
+def test_decode_fuses_gated_norm_across_dv_tiles(BV):
+    """The engine's decode (SPLIT_NORM): each Dv tile writes its o and sum of squares, the head's last tile to
+    arrive normalizes the whole head. Against the reference and the one-tile form (BV = DV), with a padding row;
+    the counters left zero, and a second launch (a graph replay) gives the same output."""
+    from atlas.plugins_trt.gated_delta_net.triton_recurrent import sync_counters
+
+    s = Shape(2, 4, 16, 64, seed=9)
+    slots = torch.tensor([6, -1, 0, 3], dtype=torch.int32, device=DEV)
+    B = 4
+    x, a, b = s.rand(B, s.C), s.rand(B, s.HV), s.rand(B, s.HV)
+    z, norm_w = s.rand(B, s.HV * s.DV), s.rand(s.DV)
+    outs = []
+    for bv in (BV, BV, s.DV):
+        window, state = s.window.clone(), s.state.clone()
+        outs.append(launch_gdn_decode(x, a, b, s.conv_w, s.A_log, s.dt_bias, window, state, slots, s.HK, z=z,
+                                      norm_weight=norm_w, norm_eps=1e-6, out=poison(B, s.HV, s.DV), BV=bv,
+                                      num_warps=4))
+        assert int(sync_counters(state.device, B * (s.HK + s.HV))[:B * (s.HK + s.HV)].abs().sum()) == 0
+    split, again, whole = outs
+    assert torch.equal(split.nan_to_num(), again.nan_to_num())
+    for i in (0, 2, 3):
+        sl = int(slots[i])
+        orf, _, Sr = s.ref(x[i:i + 1], a[i:i + 1], b[i:i + 1], s.window[sl], s.state[sl])
+        ref = gated_rms_norm(orf[0].to(DEV), z[i].view(s.HV, s.DV), norm_w, 1e-6)
+        report(f"decode+norm over {s.DV // BV} tiles seq{i}", rel(split[i], ref))
+        report(f"  against one tile seq{i}", rel(split[i], whole[i]))
+    assert torch.isnan(split[1]).all(), "a padding row was written"
+
+
 @pytest.mark.parametrize("mode", ["states", "replay", "deltas"])
 @pytest.mark.parametrize("dims", SHAPES, ids=SHAPE_IDS)
 def test_verify_then_commit_equals_reference_on_accepted_tokens(mode, dims):
@@ -510,10 +540,11 @@ def _aot_cases():
     P, F, I, i32 = "*bf16", "*fp32", "*i32", "i32"
     dims = dict(HK=16, HV=48, DK=128, DV=128)
     rec = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
-               state=F, slots=I, lens=I, sync=I, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=P, steps=F,
+               state=F, slots=I, lens=I, sync=I, nss=F, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=P, steps=F,
                keep_x=P, keep_ab=P, dk=F, du=F, dg=F, T=i32)
     rec_c = dict(dims, KW=4, WP=4, BV=32, IN_PLACE=True, STORE_STEPS=False, KEEP_INPUTS=False, STORE_O=True,
-                 FUSE_NORM=False, NORM_EPS=1e-6, HAS_CONV_BIAS=False, HAS_LENS=False, STORE_DELTAS=False, PDL=False)
+                 FUSE_NORM=False, NORM_EPS=1e-6, HAS_CONV_BIAS=False, HAS_LENS=False, STORE_DELTAS=False, PDL=False,
+                 SPLIT_NORM=False)
     return {
         "conv_varlen": (tc.conv_varlen_kernel, dict(x=P, stride_x=i32, y=P, stride_y=i32, weight=P, bias=P,
                         window=P, cu_seqlens=I, slots=I, C=i32), dict(KW=4, WP=4, BT=32, BC=64, HAS_BIAS=False,
@@ -525,6 +556,10 @@ def _aot_cases():
                         dict(KW=4, WP=4, BC=256)),
         "decode": (gdn_recurrent_kernel, rec, rec_c),
         "decode.pdl": (gdn_recurrent_kernel, rec, dict(rec_c, PDL=True)),  # as the engine's decode step (pdl.py)
+        # the engine's decode: the gated norm fused across the Dv tiles (SPLIT_NORM; BV = DV spilled ~1 KB a thread)
+        "decode.split_norm": (gdn_recurrent_kernel, rec, dict(rec_c, FUSE_NORM=True, SPLIT_NORM=True, PDL=True)),
+        "decode.split_norm.bv64": (gdn_recurrent_kernel, rec, dict(rec_c, BV=64, FUSE_NORM=True, SPLIT_NORM=True,
+                                                                   PDL=True)),
         "verify": (gdn_recurrent_kernel, rec, dict(rec_c, IN_PLACE=False, STORE_STEPS=True, KEEP_INPUTS=True)),
         "commit": (gdn_commit_kernel, dict(state=F, slots=I, accepted=I, steps=F, window=P, keep_x=P, T=i32),
                    dict(dims, KW=4, WP=4, BV=64)),
@@ -594,6 +629,11 @@ def test_kernels_compile_ahead_of_time_for_sm90():
                        capture_output=True, text=True, timeout=900)
     print(r.stdout)
     assert r.returncode == 0, r.stderr[-4000:]
+    # the engine's decode kernel keeps everything in registers (the BV = DV form it replaced: 255 registers and a
+    # 1000-byte stack of spills a thread)
+    for line in r.stdout.splitlines():
+        if line.strip().startswith("decode.split_norm") and "STACK:" in line:
+            assert "STACK:0" in line.split(), line
 
 
 # ---------------------------------------------------------------------------------------- GPU, real shapes
