@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -363,6 +363,14 @@ if [ "$what" = session6 ]; then  # the next session's first call (~9 minutes): t
     # profile's per-kernel shares, batch 8)
     PADTESTS_TIMEOUT=${S6_TESTS_TIMEOUT:-260} bash "$0" padtests
     DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S6_DECODE_TIMEOUT:-290} bash "$0" decode
+fi
+if [ "$what" = session8 ]; then  # the next session's first call (~7 minutes): the GDN GPU tests (the decode's gated
+    # norm fused across Dv tiles, SPLIT_NORM, written 2026-12-07 sixth session), then the PDL-order A/B on the 8B nvfp4
+    # engine. Then, in a second call: PDLAB_CASES=qwen3.5-27b:nvfp4 bash tools/gpu_check.sh pdlab (the 27B with the new
+    # GDN decode, both PDL orders)
+    timeout ${S8_GDN_TIMEOUT:-150} python3 -m pytest -q -m gpu -p no:cacheprovider tests/plugins_trt/test_gdn_triton.py \
+        tests/runtime/test_cuda_ops_gdn.py 2>&1 | tee "$out/pytest_gdn_split_norm_gpu.log" | tail -8
+    PDLAB_TIMEOUT=${S8_PDLAB_TIMEOUT:-200} bash "$0" pdlab
 fi
 if [ "$what" = pdlab ]; then  # written 2026-12-07 (sixth session): the small kernels' PDL order, A/B on one machine:
     # PDLAB_CASES (default the 8B nvfp4 engine; qwen3.5-27b:nvfp4 is where the stream-K gate_up ran 70 us a launch in
