@@ -174,8 +174,8 @@ def gdn_recurrent_kernel(
 @triton.jit
 def _split_norm(o_row, z_row, norm_w, ss_row, count, DV: tl.constexpr, NV: tl.constexpr, NORM_EPS: tl.constexpr):
     """SPLIT_NORM: after this program's tile of one head's o and its sum of squares are written, the head's last
-    program to arrive (an acq_rel counter, after a CTA barrier: gluon_streamk's / COMBINE's pattern) takes the NV sums
-    in tile order and writes norm_w · o / rms(o) · silu(z) over the whole head (its rows read past L1, .cg)."""
+    program to arrive (an acq_rel counter, after a CTA barrier: gluon_streamk's / COMBINE's pattern) adds the NV sums
+    and writes norm_w · o / rms(o) · silu(z) over the whole head (what the others wrote read past L1, .cg)."""
     tl.debug_barrier()  # every thread's stores are issued before the count
     if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == NV - 1:
         total = tl.sum(tl.load(ss_row + tl.arange(0, NV), cache_modifier=".cg"), axis=0)
@@ -309,8 +309,8 @@ def signature_gdn_recurrent(mode: str, HK: int, HV: int, DK: int, DV: int, KW: i
 
     P, F, I, i32 = act, "*fp32", "*i32", "i32"
     types = dict(x=P, stride_x=i32, a=P, b=P, stride_ab=i32, conv_w=P, conv_b=P, A_log=F, dt_bias=F, window=P,
-                 state=state, slots=I, lens=I, sync=I, nss=F if split_norm else state, o=P, stride_o=i32, z=P, stride_z=i32, norm_w=F,
-                 steps=state, keep_x=P, keep_ab=P, dk=F, du=F, dg=F, T=i32)
+                 state=state, slots=I, lens=I, sync=I, nss=F if split_norm else state, o=P, stride_o=i32, z=P,
+                 stride_z=i32, norm_w=F, steps=state, keep_x=P, keep_ab=P, dk=F, du=F, dg=F, T=i32)
     const = dict(HK=HK, HV=HV, DK=DK, DV=DV, KW=KW, WP=triton.next_power_of_2(KW - 1), BV=BV,
                  NORM_EPS=float(norm_eps), HAS_CONV_BIAS=has_conv_bias,
                  **{"STORE_DELTAS": False, **RECURRENT_MODES[mode]}, SPLIT_NORM=split_norm)
