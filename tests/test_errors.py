@@ -85,6 +85,11 @@ def test_no_checkpoint(tmp_path):
     expect_error(build_cli, [tmp_path / "nothing-here", "-o", tmp_path / "e"], "no checkpoint", "built-in")
 
 
+def test_pdl_order_without_pdl(tmp_path):
+    expect_error(build_cli, ["--no-pdl", "--pdl-wait-first", "-o", tmp_path / "e"], "--pdl-wait-first", "--no-pdl")
+    assert not (tmp_path / "e").exists()
+
+
 def test_corrupt_gguf(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + bytes(range(256)) * 8)
