@@ -13,13 +13,13 @@ launchers. Per value head h, with key head kh = h // (HV/HK) and state S [DK, DV
 
 One program per (Dv tile, value head, sequence): grid (DV // BV, HV, B).
 
-The gated norm needs a head's whole o. With several tokens (verify) one program holds the head (BV = DV, 8
-warps). A decode step (T = 1) keeps the Dv tiles of the unfused kernel (BV 32 / 64, 4 warps; at BV = DV the
-kernel needed 255 registers and a ~1000-byte stack of spills a thread on sm_90) and fuses the norm across them
-(SPLIT_NORM): each tile writes its o, rounded to the output dtype, and its sum of squares (fp32 scratch `nss`); the
-head's last tile to arrive, found with a counter in `sync` after the window's, normalizes the head. Written
-2026-12-07 from the SASS and the 27B engine's profile (the fused decode at 23 us a layer against 6.7 us for the
-unfused tiles in bench_gdn); GPU tests and timing pending.
+The gated norm needs a head's whole o. With several tokens (verify) one program holds the head (BV = DV, 8 warps). A
+decode step (T = 1) keeps the Dv tiles of the unfused kernel (BV 32 / 64, 4 warps; at BV = DV the kernel needed 255
+registers and a 1000-byte stack of spills a thread on sm_90: tools/results/gdn_registers.txt) and fuses the norm
+across them (SPLIT_NORM): each tile writes its o, rounded to the output dtype, and its sum of squares (fp32 scratch
+`nss`); the head's last tile to arrive, found with a counter in `sync` after the window's, normalizes the head.
+Written 2026-12-07 from the SASS and the 27B engine's profile (the fused decode at 23 us a layer against 6.7 us for
+the unfused tiles in bench_gdn); GPU tests and timing pending.
 
 The conv (width KW = 4) runs in registers: the last three inputs of each channel start from the
 window and shift by one per token, so a token costs one load of its own input row, issued a token
@@ -223,18 +223,23 @@ _OUTGROWN: list[torch.Tensor] = []
 (every launch leaves its counters zero, so an old buffer stays valid for the graphs that hold it)."""
 
 
+def _grown(cache: dict, device: torch.device, count: int, make) -> torch.Tensor:
+    """cache[device], replaced by make(size) when it holds fewer than `count` elements (the old buffer kept in
+    _OUTGROWN for the graphs captured with it)."""
+    buf = cache.get(device)
+    if buf is None or buf.numel() < count:
+        if buf is not None:
+            _OUTGROWN.append(buf)
+        buf = cache[device] = make(count)
+    return buf
+
+
 def sync_counters(device: torch.device, count: int) -> torch.Tensor:
     """Zeroed int32 counters for the in-place window slide, at least `count` of them (kept zero by the kernel).
 
     The first call for a device (or a larger count) allocates and zeroes them: make it outside CUDA graph capture
     (a warm-up launch), where the zeroing runs at once rather than at the graph's first replay."""
-    buf = _SYNC.get(device)
-    if buf is None or buf.numel() < count:
-        if buf is not None:
-            _OUTGROWN.append(buf)
-        buf = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
-        _SYNC[device] = buf
-    return buf
+    return _grown(_SYNC, device, count, lambda n: torch.zeros(max(n, 1024), dtype=torch.int32, device=device))
 
 
 _NSS: dict[torch.device, torch.Tensor] = {}
@@ -242,14 +247,8 @@ _NSS: dict[torch.device, torch.Tensor] = {}
 
 def norm_partials(device: torch.device, count: int) -> torch.Tensor:
     """fp32 scratch for SPLIT_NORM's per-tile sums of squares, at least `count` (written before read every launch,
-    so never zeroed; grown like sync_counters, the old buffer kept for the graphs that hold it)."""
-    buf = _NSS.get(device)
-    if buf is None or buf.numel() < count:
-        if buf is not None:
-            _OUTGROWN.append(buf)
-        buf = torch.empty(max(count, 4096), dtype=torch.float32, device=device)
-        _NSS[device] = buf
-    return buf
+    so never zeroed; grown like sync_counters)."""
+    return _grown(_NSS, device, count, lambda n: torch.empty(max(n, 4096), dtype=torch.float32, device=device))
 
 
 def rows(t: torch.Tensor, name: str, width: int) -> torch.Tensor:

@@ -433,7 +433,8 @@ cases = {  # Llama-3.1-8B's attention (Hq 32, Hkv 8, D 128), block_size 16
     "decode.bf16.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True),
     "decode.combine.gate.pdl": TD.signature_paged_decode(24, 4, 256, 16, bf, has_gate=True, pdl=True, combine=True),
     "decode_reduce.pdl": TD.signature_paged_decode_reduce(32, 128, 16, pdl=True),
-    "decode.combine.wait_first.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=2, combine=True),  # pdl.WAIT_FIRST
+    # pdl.WAIT_FIRST (2): wait, then let the next kernel launch
+    "decode.combine.wait_first.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=2, combine=True),
     # QK-norm, RoPE and the K / V write inside (launch_paged_decode_rope), as the engines' decode steps launch it
     "decode.rope.combine.pdl": TD.signature_paged_decode(32, 8, 128, 16, bf, pdl=True, combine=True,
                                                          rope=dict(R=128, K_COL=4096, QK_NORM=False, NORM_OFFSET=0)),

@@ -1,5 +1,5 @@
-"""Experiment helper, not used by Atlas: compile the GDN verify and prefill stage-1 kernels for sm_90 (no GPU needed) and print each
-configuration's registers and stack (spills) a thread, as cuobjdump reports them.
+"""Experiment helper, not used by Atlas: compile the GDN decode, verify and prefill stage-1 kernels for sm_90 (no GPU
+needed) and print each configuration's registers and stack (spills) a thread, as cuobjdump reports them.
 
     python -m atlas.tools.dev.gdn_registers > tools/results/gdn_registers.txt
 
@@ -8,26 +8,19 @@ Run without TRITON_INTERPRET. Shapes: Qwen3.5-27B (HK 16, HV 48, D 128), bf16 ac
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
-
 
 def usage(sig) -> str:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from atlas.tools.dev.step_spills import resource_usage
+
     c = triton.compile(ASTSource(fn=sig.fn, signature=sig.signature, constexprs=sig.constexprs, attrs=sig.attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": sig.num_warps,
                                                                   "num_stages": sig.num_stages})
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(c.asm["cubin"])
-        f.flush()
-        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    return " ".join(w for line in out.splitlines() if "REG:" in line for w in line.split()
-                    if w.startswith(("REG:", "STACK:")))
+    u = resource_usage(c.asm["cubin"])
+    return f"REG:{u.get('reg')} STACK:{u.get('stack')}"
 
 
 def main() -> None:
@@ -37,6 +30,13 @@ def main() -> None:
 
     HK, HV, D = 16, 48, 128
     rows = []
+    # decode with the gated norm fused: one tile a head (BV = DV, 8 warps: the engine's until 2026-12-07) against
+    # the tiles SPLIT_NORM keeps (the engine's since)
+    rows.append(("recurrent decode fused norm BV 128 / 8 warps",
+                 rec.signature_gdn_recurrent("decode", HK, HV, D, D, 4, BV=D, num_warps=8)))
+    for bv in (32, 64):
+        rows.append((f"recurrent decode split norm BV {bv} / 4 warps",
+                     rec.signature_gdn_recurrent("decode", HK, HV, D, D, 4, BV=bv, num_warps=4, split_norm=True)))
     for mode in ("verify_replay", "verify_deltas"):  # the fused token-by-token kernel, without the norm
         sig = rec.signature_gdn_recurrent(mode, HK, HV, D, D, 4, BV=16, num_warps=1)
         rows.append((f"recurrent {mode} BV 16 / 1 warp", sig._replace(constexprs={**sig.constexprs,

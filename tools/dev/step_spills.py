@@ -4,9 +4,10 @@
 
 Records the runner's steps for the preset's config as `atlas-build --device cuda` does (build_engine/step_kernels.py:
 every decode bucket, the prefill tiers), compiles each instance for sm_90 and reads its resource usage with
-cuobjdump: registers, stack (spills live there), shared memory. Why: the 27B engine's Gated DeltaNet decode kernel
-ran 3.5x slower in the step than its tiles alone, and its instance turned out to take 255 registers and a 1000-byte
-stack a thread (runtime/NOTES.md, 2026-12-07 sixth session); a kernel with stack > 0 is the first place to look.
+cuobjdump: registers, stack (spills live there), shared memory. Why: the 27B engine's Gated DeltaNet decode kernel ran
+3.5x slower in the step (H100) than its tiles in bench_gdn (H200), and its instance turned out to take 255 registers
+and a 1000-byte stack a thread (runtime/NOTES.md, 2026-12-07 sixth session); a kernel with stack > 0 is the first
+place to look.
 """
 
 from __future__ import annotations
