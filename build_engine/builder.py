@@ -50,9 +50,9 @@ class BuildConfig:
     """--device cuda: the paged KV cache's format, bfloat16 or fp8 (E4M3, one scale per tensor)."""
     max_batch: int = 32
     """--device cuda: the most sequences a decode step runs (the largest captured batch bucket)."""
-    pdl: bool | int = True
-    """--device cuda: the step's small kernels with programmatic dependent launch (plugins_trt/pdl.py; WAIT_FIRST:
-    wait, then let the next kernel launch)."""
+    pdl: bool | int = 2
+    """--device cuda: the step's small kernels with programmatic dependent launch (RunnerOptions.pdl: 2 is
+    plugins_trt/pdl.WAIT_FIRST, True LAUNCH_FIRST, False none)."""
     tuning_cache: Path | None = None
     """--device cuda, autotuned: a JSON file of chosen kernel configurations that this build reuses and adds to
     (build_engine/tuning_cache.py)."""

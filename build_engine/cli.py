@@ -8,6 +8,18 @@ import click
 
 from atlas.build_engine.errors import BuildError
 
+WAIT_FIRST = 2  # plugins_trt/pdl.WAIT_FIRST (not imported: that imports triton, which the CLI's help need not)
+
+
+def pdl_order(pdl: bool, launch_first: bool) -> bool | int:
+    """RunnerOptions.pdl from --pdl/--no-pdl and --pdl-launch-first (plugins_trt/pdl.py: WAIT_FIRST by default,
+    True for the launch-first order, False for plain launches)."""
+    if launch_first:
+        if not pdl:
+            raise click.UsageError("--pdl-launch-first is an order of programmatic dependent launch: not with --no-pdl")
+        return True
+    return WAIT_FIRST if pdl else False
+
 EXAMPLES = """
 Examples:
 
@@ -56,9 +68,9 @@ def _size(n: int) -> str:
 @click.option("--pdl/--no-pdl", default=True, show_default=True,
               help="--device cuda: compile the decode step's small kernels for programmatic dependent launch (each "
                    "launch overlaps the kernel before it).")
-@click.option("--pdl-wait-first", is_flag=True,
-              help="--device cuda: the small kernels wait for the kernel before them, then let the next one launch "
-                   "(the default lets it launch first; plugins_trt/pdl.py). An A/B option.")
+@click.option("--pdl-launch-first", is_flag=True,
+              help="--device cuda: the small kernels let the next one launch, then wait for the kernel before them "
+                   "(the default waits first; plugins_trt/pdl.py). An A/B option.")
 @click.option("--tuning-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="--device cuda: reuse the kernel configurations in this JSON file and add the ones this build "
                    "times (entries are per GPU, Triton version and kernel source).")
@@ -67,18 +79,14 @@ def _size(n: int) -> str:
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_dtype, max_batch, autotune,
-         pdl, pdl_wait_first, tuning_cache, onnx, overwrite, quiet):
+         pdl, pdl_launch_first, tuning_cache, onnx, overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.build_engine.checkpoints.builtin import DEFAULT_MODEL
     from atlas.build_engine.precision import parse_class_dtypes
 
-    if pdl_wait_first:
-        if not pdl:
-            raise click.UsageError("--pdl-wait-first is an order of programmatic dependent launch: not with --no-pdl")
-        from atlas.plugins_trt.pdl import WAIT_FIRST
-        pdl = WAIT_FIRST
+    pdl = pdl_order(pdl, pdl_launch_first)
     name = Path(checkpoint or DEFAULT_MODEL).name.removesuffix(".gguf").replace("synthetic:", "synthetic-")
     output = output or Path("engines") / name
     try:

@@ -9,21 +9,27 @@ before it. The launch path (atlas.plugins_trt.launch, runtime/kernels.py) launch
 true with the attribute. The interpreter has no grids to overlap and cannot run the instructions: under
 TRITON_INTERPRET=1 the launch path compiles PDL off.
 
-PDL = WAIT_FIRST (2) takes the two the other way round: wait, then let the next kernel launch. The first order lets a
-chain of small kernels launch each other before any of them runs, so the grids after a GEMV (the norm, the next
-GEMV with its prefetched weights, ...) may take SM slots while it runs. The H100 profile of the 27B nvfp4 engine
-(tools/results/decode_h100.json, 2026-12-07 sixth session) has its persistent stream-K gate_up GEMV (264 programs,
-two an SM, sized to run at once) at 70 us a launch inside the step against 43 us for the best GEMV of that shape
-alone (gemm_h100.json). With WAIT_FIRST a small kernel lets the next one launch only once its predecessor is done.
-Not yet measured: `atlas-build --pdl-wait-first` / bench_decode's `--pdl-wait-first` give the A/B.
+PDL = WAIT_FIRST (2), the engines' default since 2026-12-07 (seventh session), takes the two the other way round:
+wait, then let the next kernel launch. The first order (LAUNCH_FIRST) lets a chain of small kernels launch each
+other before any of them runs, so the grids after a GEMV (the norm, the next GEMV with its prefetched weights, ...)
+may take SM slots while it runs: the H100 profile of the 27B nvfp4 engine had its persistent stream-K gate_up GEMV
+(264 programs, two an SM, sized to run at once) at 70 us a launch inside the step against 43 us for the best GEMV of
+that shape alone (gemm_h100.json). With WAIT_FIRST a small kernel lets the next one launch only once its
+predecessor is done. Measured A/B on one H100 (tools/results/decode_h100.json, cases '<case>' against
+'<case>+pdl-launch-first'; `bash tools/gpu_check.sh pdlab`): batch 1 / 8 tok/s, 27B nvfp4 95.6 -> 98.8 /
+648 -> 661, 8B nvfp4 335.8 -> 336.1 / 1639 -> 1747; the gain is in the mma GEMVs and the norms, the stream-K
+gate_up's 70 us did not change (runtime/NOTES.md). The GEMVs themselves always launch first (their prefetch of
+weights before the wait is the point of PDL for them). `atlas-build --pdl-launch-first` builds the first order.
 """
 
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+LAUNCH_FIRST = True
+"""The PDL constexpr (and RunnerOptions.pdl) value of the launch-then-wait order (module docstring)."""
 WAIT_FIRST = 2
-"""The PDL constexpr (and RunnerOptions.pdl) value of the wait-then-launch order (module docstring)."""
+"""The PDL constexpr (and RunnerOptions.pdl) value of the wait-then-launch order, the default (module docstring)."""
 
 
 @triton.jit

@@ -33,11 +33,12 @@ from atlas.runtime.step import StepInputs
 
 class CudaOps:
     def __init__(self, config: ModelConfig, aot, device: torch.device | str = "cuda", num_splits: int = 1,
-                 pdl: bool = True, max_batch: int = 128):
+                 pdl: bool | int = 2, max_batch: int = 128):
         """aot: AotKernels of the engine (or a KernelRecorder at build). num_splits: the decode attention's
         splits over the context (fixed per captured graph; see ModelRunner). pdl: launch the step's small kernels
         (embedding, norms, RoPE, decode attention, the fused GDN decode, SiLU-mul, argmax) with programmatic dependent
-        launch (plugins_trt/pdl.py), as the GEMVs are: each launch overlaps the kernel before it. max_batch: the
+        launch (plugins_trt/pdl.py; 2 = WAIT_FIRST, True = LAUNCH_FIRST), as the GEMVs are: each launch overlaps the
+        kernel before it. max_batch: the
         largest decode batch (sizes the decode attention's split counters)."""
         self.c = config
         self.aot = aot

@@ -45,9 +45,10 @@ class RunnerOptions:
     """bfloat16 | fp8 (E4M3, one scale per tensor)."""
     prefill_chunk: int = 512
     max_seq_len: int = 4096
-    pdl: bool | int = True
-    """The step's small kernels compiled and launched with programmatic dependent launch (plugins_trt/pdl.py;
-    WAIT_FIRST: each waits for the kernel before it, then lets the next launch)."""
+    pdl: bool | int = 2
+    """The step's small kernels compiled and launched with programmatic dependent launch (plugins_trt/pdl.py): 2
+    (pdl.WAIT_FIRST, the default: each waits for the kernel before it, then lets the next launch), True
+    (pdl.LAUNCH_FIRST: the other way round) or False (plain launches)."""
 
     def __post_init__(self):
         if self.kv_cache_dtype not in ("bfloat16", "fp8"):

@@ -86,7 +86,7 @@ def test_no_checkpoint(tmp_path):
 
 
 def test_pdl_order_without_pdl(tmp_path):
-    expect_error(build_cli, ["--no-pdl", "--pdl-wait-first", "-o", tmp_path / "e"], "--pdl-wait-first", "--no-pdl")
+    expect_error(build_cli, ["--no-pdl", "--pdl-launch-first", "-o", tmp_path / "e"], "--pdl-launch-first", "--no-pdl")
     assert not (tmp_path / "e").exists()
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import click
 import torch
 
-WAIT_FIRST = 2  # plugins_trt/pdl.WAIT_FIRST (not imported: that imports triton, which this module's CPU uses need not)
+from atlas.build_engine.cli import WAIT_FIRST, pdl_order
 
 CASES = ("llama-3.1-8b:bfloat16", "llama-3.1-8b:fp8", "llama-3.1-8b:nvfp4", "qwen3.5-27b:bfloat16",
          "qwen3.5-27b:nvfp4")
@@ -41,15 +41,16 @@ SUMMARY = {  # summary key -> (case, batch)
 
 def case_name(case: str, pdl: bool | int) -> str:
     """How a case is recorded: an A/B run without the small kernels' programmatic dependent launch is
-    '<case>+no-pdl', one with their wait-first order (plugins_trt/pdl.py WAIT_FIRST) '<case>+pdl-wait-first'; both
-    kept beside the default one and out of the summary."""
-    if pdl is True:
-        return case
-    return f"{case}+pdl-wait-first" if pdl == WAIT_FIRST else f"{case}+no-pdl"
+    '<case>+no-pdl', one with their launch-first order (plugins_trt/pdl.py LAUNCH_FIRST) '<case>+pdl-launch-first';
+    both kept beside the default one (WAIT_FIRST) and out of the summary. (Before 2026-12-07's seventh session the
+    default was launch-first, and results files of that time record it under the plain name, "pdl": true.)"""
+    if pdl is False:
+        return f"{case}+no-pdl"
+    return case if pdl == WAIT_FIRST else f"{case}+pdl-launch-first"
 
 
 def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
-               tuning_cache: Path | None = None, pdl: bool = True) -> dict:
+               tuning_cache: Path | None = None, pdl: bool | int = WAIT_FIRST) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.runtime.bench import bench, kernel_profile, profile_text
     from atlas.runtime.cuda_engine import load_cuda_engine
@@ -169,7 +170,7 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
         if c is not None:
             out[key] = c["floor_fraction"]
     speedups = {r["case"]: case(r["case"], 1)["tokens_per_s"] / hf[r["preset"]]["tokens_per_s"]
-                for r in atlas if r["preset"] in hf and case(r["case"], 1) and r.get("pdl", True) is True}
+                for r in atlas if r["preset"] in hf and case(r["case"], 1) and "+" not in r["case"]}
     if speedups:
         out["min_speedup_vs_hf"] = min(speedups.values())
         out["speedup_vs_hf"] = speedups
@@ -190,18 +191,15 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
               help="atlas-build's --tuning-cache: kernel configurations chosen by an earlier build on this GPU.")
 @click.option("--pdl/--no-pdl", default=True, show_default=True,
               help="atlas-build's --pdl; a --no-pdl case is recorded as '<case>+no-pdl' beside the default one.")
-@click.option("--pdl-wait-first", is_flag=True,
-              help="atlas-build's --pdl-wait-first: recorded as '<case>+pdl-wait-first' beside the default one.")
+@click.option("--pdl-launch-first", is_flag=True,
+              help="atlas-build's --pdl-launch-first: recorded as '<case>+pdl-launch-first' beside the default one.")
 @click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
               help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
-def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, pdl_wait_first,
+def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, pdl_launch_first,
          merge_path):
     from atlas.tools.bench.timing import device_info
 
-    if pdl_wait_first:
-        if not pdl:
-            raise click.UsageError("--pdl-wait-first is an order of programmatic dependent launch: not with --no-pdl")
-        pdl = WAIT_FIRST
+    pdl = pdl_order(pdl, pdl_launch_first)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sizes = [int(b) for b in batch_sizes.split(",")]

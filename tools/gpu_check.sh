@@ -372,17 +372,16 @@ if [ "$what" = session8 ]; then  # the next session's first call (~7 minutes): t
         tests/runtime/test_cuda_ops_gdn.py 2>&1 | tee "$out/pytest_gdn_split_norm_gpu.log" | tail -8
     PDLAB_TIMEOUT=${S8_PDLAB_TIMEOUT:-200} bash "$0" pdlab
 fi
-if [ "$what" = pdlab ]; then  # written 2026-12-07 (sixth session): the small kernels' PDL order, A/B on one machine:
-    # PDLAB_CASES (default the 8B nvfp4 engine; qwen3.5-27b:nvfp4 is where the stream-K gate_up ran 70 us a launch in
-    # the step against 43 alone) with the default order, then with --pdl-wait-first ('<case>+pdl-wait-first'),
-    # atlas only, both profiled at batch 1 and 8 (~2.5 min for the 8B, ~6.5 for the 27B)
+if [ "$what" = pdlab ]; then  # the small kernels' PDL order, A/B on one machine: PDLAB_CASES (default the 8B nvfp4
+    # engine) with the default order (wait first, plugins_trt/pdl.py), then with --pdl-launch-first
+    # ('<case>+pdl-launch-first'), atlas only, both profiled at batch 1 and 8 (~2.5 min for the 8B, ~6.5 for the 27B)
     DECODE_CASES=${PDLAB_CASES:-llama-3.1-8b:nvfp4} DECODE_PART=atlas DECODE_TIMEOUT=${PDLAB_TIMEOUT:-280} bash "$0" decode
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr H h)
     file=decode_$gpu.json; [ "$gpu" = h200 ] && file=decode.json
     cp "$out/$file" "$out/pdlab_default.json"
     timeout ${PDLAB_TIMEOUT:-280} python3 -m atlas.tools.bench_decode --out "$out/$file" \
         --cases "${PDLAB_CASES:-llama-3.1-8b:nvfp4}" --part atlas --tuning-cache "$out/tuning_cache.json" \
-        --pdl-wait-first --merge "$out/pdlab_default.json" 2>&1 | tee "$out/bench_decode_pdlab_$gpu.log" | tail -30
+        --pdl-launch-first --merge "$out/pdlab_default.json" 2>&1 | tee "$out/bench_decode_pdlab_$gpu.log" | tail -30
 fi
 if [ "$what" = attnsplits ]; then  # the decode attention's split count: each count timed beside the runner's on
     # the 8B and 27B attention shapes, contexts 640 / 4096, batch 1 / 8 / 32 (tools/dev/decode_splits.py; ~1-2 min)

@@ -87,11 +87,12 @@ def test_every_step_the_runner_launches_finds_its_kernels(built):
     assert decode and all("ROPE=True" in k for k in decode)
     assert not any(k.startswith("paged_decode_reduce_kernel") for k in plan["instances"])
     assert config.qk_norm and any(n.startswith("qkv_rope_kernel") for n in launched)
-    # the step's small kernels are compiled for programmatic dependent launch (plugins_trt/pdl.py)
+    # the step's small kernels are compiled for programmatic dependent launch, the wait-first order by default
+    # (plugins_trt/pdl.py WAIT_FIRST = PDL=2)
     small = ("embedding_kernel", "rms_norm_kernel", "qkv_rope_kernel", "paged_decode_kernel", "silu_mul_kernel",
              "argmax_partial_kernel", "argmax_combine_kernel")
     keys = [k for k in plan["instances"] if k.startswith(small)]
-    assert {k.split("(")[0] for k in keys} == set(small) and all("PDL=True" in k for k in keys)
+    assert {k.split("(")[0] for k in keys} == set(small) and all("PDL=2" in k for k in keys)
 
 
 def test_no_pdl_records_plain_instances(built):
@@ -101,21 +102,21 @@ def test_no_pdl_records_plain_instances(built):
     config = ModelConfig.from_dict(built["config"])
     options = RunnerOptions(**{**built["step_kernels"]["options"], "pdl": False})
     keys = list(record_step_kernels(config, options).instances)
-    assert keys and not any("PDL=True" in k for k in keys)
+    assert keys and not any("PDL=True" in k or "PDL=2" in k for k in keys)
     assert {k.split("(")[0] for k in keys} == {k.split("(")[0] for k in built["step_kernels"]["instances"]}
 
 
-def test_pdl_wait_first_records_its_instances(built):
-    """RunnerOptions.pdl WAIT_FIRST (atlas-build --pdl-wait-first): the same kernels, the small ones compiled with
-    PDL=2 (plugins_trt/pdl.py: wait, then let the next kernel launch), none with the default order."""
+def test_pdl_launch_first_records_its_instances(built):
+    """RunnerOptions.pdl LAUNCH_FIRST (atlas-build --pdl-launch-first): the same kernels, the small ones compiled
+    with PDL=True (plugins_trt/pdl.py: let the next kernel launch, then wait), none with the default order."""
     from atlas.build_engine.step_kernels import record_step_kernels
-    from atlas.plugins_trt.pdl import WAIT_FIRST
+    from atlas.plugins_trt.pdl import LAUNCH_FIRST
 
     config = ModelConfig.from_dict(built["config"])
-    options = RunnerOptions(**{**built["step_kernels"]["options"], "pdl": WAIT_FIRST})
+    options = RunnerOptions(**{**built["step_kernels"]["options"], "pdl": LAUNCH_FIRST})
     keys = list(record_step_kernels(config, options).instances)
-    assert not any("PDL=True" in k for k in keys)
-    assert any(k.startswith("paged_decode_kernel(") and "PDL=2" in k for k in keys)
+    assert not any("PDL=2" in k for k in keys)
+    assert any(k.startswith("paged_decode_kernel(") and "PDL=True" in k for k in keys)
     assert {k.split("(")[0] for k in keys} == {k.split("(")[0] for k in built["step_kernels"]["instances"]}
 
 
@@ -137,9 +138,9 @@ def test_every_step_of_a_hybrid_model_finds_its_kernels(built_hybrid):
     assert GDN_STEP_KERNELS <= kernels, GDN_STEP_KERNELS - kernels
     # the GDN output norm (gated, plain weight) beside the decoder's (1 + w) norms
     assert any(k.startswith("rms_norm_kernel(") and "HAS_GATE=True" in k for k in plan["instances"])
-    # the fused GDN decode is compiled for programmatic dependent launch (plugins_trt/pdl.py)
+    # the fused GDN decode is compiled for programmatic dependent launch (plugins_trt/pdl.py, wait-first)
     decode = [k for k in plan["instances"] if k.startswith("gdn_recurrent_kernel(")]
-    assert decode and all("PDL=True" in k for k in decode)
+    assert decode and all("PDL=2" in k for k in decode)
 
 
 _ST_DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32, "F16": torch.float16}

@@ -25,15 +25,17 @@ def test_summary_keys_and_min_speedup():
 
 
 def test_pdl_variants_are_kept_beside_the_default_and_out_of_the_speedups():
-    """An A/B run is recorded under its own name ('+no-pdl', '+pdl-wait-first') and takes no part in the speedups."""
-    from atlas.plugins_trt.pdl import WAIT_FIRST as PDL_WAIT_FIRST
+    """An A/B run is recorded under its own name ('+no-pdl', '+pdl-launch-first') and takes no part in the
+    speedups; the default (wait-first) order is the plain name."""
+    from atlas.plugins_trt.pdl import LAUNCH_FIRST, WAIT_FIRST as PDL_WAIT_FIRST
+    from atlas.runtime.model_runner import RunnerOptions
 
-    assert WAIT_FIRST == PDL_WAIT_FIRST
-    assert case_name("llama-3.1-8b:nvfp4", True) == "llama-3.1-8b:nvfp4"
+    assert WAIT_FIRST == PDL_WAIT_FIRST == RunnerOptions().pdl
+    assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST) == "llama-3.1-8b:nvfp4"
     assert case_name("llama-3.1-8b:nvfp4", False) == "llama-3.1-8b:nvfp4+no-pdl"
-    assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST) == "llama-3.1-8b:nvfp4+pdl-wait-first"
-    default = {**_run("llama-3.1-8b:nvfp4", 300.0, 0.6), "pdl": True}
-    variant = {**_run(case_name("llama-3.1-8b:nvfp4", WAIT_FIRST), 100.0, 0.2), "pdl": WAIT_FIRST}
+    assert case_name("llama-3.1-8b:nvfp4", LAUNCH_FIRST) == "llama-3.1-8b:nvfp4+pdl-launch-first"
+    default = {**_run("llama-3.1-8b:nvfp4", 300.0, 0.6), "pdl": WAIT_FIRST}
+    variant = {**_run(case_name("llama-3.1-8b:nvfp4", LAUNCH_FIRST), 100.0, 0.2), "pdl": LAUNCH_FIRST}
     s = summarize([default, variant], {"llama-3.1-8b": {"tokens_per_s": 20.0}})
     assert s["speedup_vs_hf"] == {"llama-3.1-8b:nvfp4": 15.0} and s["nvfp4_b1_floor_fraction"] == 0.6
 
@@ -78,6 +80,18 @@ def test_readme_table_puts_the_peer_beside_batch_1():
     assert rows[2].startswith("| llama-3.1-8b bfloat16 | 1 | 120.0 | 8.33 | 50 | 80.0% | 20.0 | 6.0x |")
     assert rows[3].endswith("| | |")  # batch 8: no peer
     assert rows[4].startswith("| qwen3.5-27b nvfp4 | 1 | 90.0 |") and rows[4].endswith("| | |")  # no 27B peer ran
+
+
+def test_readme_table_leaves_the_ab_variants_out():
+    """The table (and plot) show the engines as built by default; '+pdl-launch-first' / '+no-pdl' runs stay in the
+    results file only."""
+    from atlas.tools.bench.tables import decode_table
+
+    result = _result()
+    variant = {**result["atlas"][0], "case": "llama-3.1-8b:bfloat16+pdl-launch-first"}
+    result["atlas"].append(variant)
+    rows = decode_table(result).splitlines()
+    assert len(rows) == 2 + 4 and not any("launch-first" in r for r in rows)
 
 
 def test_plot_is_written(tmp_path):

@@ -40,10 +40,15 @@ def gdn_table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def _default_engines(result: dict) -> list[dict]:
+    """The engines as built by default: A/B variants ('<case>+no-pdl', '+pdl-launch-first') are left out."""
+    return [r for r in result["atlas"] if "+" not in r["case"]]
+
+
 def decode_table(result: dict) -> str:
     rows = ["| engine | batch | tok/s | TPOT ms | TTFT ms | floor fraction | transformers tok/s | speedup |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in result["atlas"]:
+    for r in _default_engines(result):
         hf = result["hf"].get(r["preset"])
         for c in r["cases"]:
             peer = hf if hf is not None and c["batch"] == hf["batch"] else None
@@ -61,7 +66,7 @@ def decode_plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    b1 = [(r, next(c for c in r["cases"] if c["batch"] == 1)) for r in result["atlas"]
+    b1 = [(r, next(c for c in r["cases"] if c["batch"] == 1)) for r in _default_engines(result)
           if any(c["batch"] == 1 for c in r["cases"])]
     labels = [r["case"].replace(":", "\n") for r, _ in b1]
     xs = range(len(b1))
