@@ -54,7 +54,14 @@ STREAMK_TILES = [(256, 128, 4, 2), (128, 128, 0, 2), (128, 128, 4, 2), (128, 128
 RING slots (0: registers two deep), programs an SM), best first. H200 sweep of 14 forms over six shapes and M 1..16
 (tools/results/nvfp4_streamk.json): 256 x 128 with a 4-slot ring at 2 programs an SM was within 3% of the best in
 16 of 22 cases; it beats the split GEMV at M 4..16 on the large layers (27B gate_up M 8 43.9 -> 41.4 us, 8B lm_head
-M 16 134.5 -> 122.9), not at M 1 or on the 8B qkv. The build times them beside gemv_candidates' configs."""
+M 16 134.5 -> 122.9), not at M 1 or on the 8B qkv. Not in the build's search since 2026-12-07 (seventh session):
+inside a decode step the stream-K GEMV runs far slower than alone, where the search times it (a chain of itself). The
+27B nvfp4 engine's gate_up at M 1 took 70 us a launch in the step (tools/results/decode_h100.json profile) against
+48.8 alone; with its tuning-cache entry set to the best WK config instead (everything else the same,
+tools/results/tuning_cache_wk_gate_up_h100.json) the engine went from 98.8 to 122.8 tok/s at batch 1 (0.558 -> 0.680
+of the floor; tools/results/decode_h100_wk_gate_up.json, the WK launches about 39 us). The 8B nvfp4 engine's stream-K
+qkv and gate_up at batch 8 ran at about 43% of the bandwidth in its step likewise. Kept for the dev sweeps
+(tools/dev/nvfp4_streamk.py) and its tests."""
 
 
 def shape_key(fmt: str, n: int, k: int) -> str:
@@ -198,13 +205,13 @@ def wk_candidates(bucket: int, n: int, k: int) -> list[dict]:
 
 def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int, sm_count: int = SM_COUNT) -> list[dict]:
     """What the build times for an NVFP4 GEMV bucket: gemv_candidates' split GEMVs (tiled when the weight is), then
-    the stream-K configs and the WK ones. A build without timing takes the first."""
+    the WK ones (not the stream-K configs: STREAMK_TILES says why). A build without timing takes the first."""
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
+    del sm_count  # the stream-K grid's; kept in the signature for the dev sweeps that add those configs
     tiled = is_tiled("nvfp4", n, k)
     configs = tiled_configs(gemv.CONFIGS_nvfp4_gemv) if tiled else gemv.CONFIGS_nvfp4_gemv
-    return (gemv_candidates(configs, bucket, n, most, k) + streamk_candidates(bucket, n, k, sm_count)
-            + wk_candidates(bucket, n, k))
+    return gemv_candidates(configs, bucket, n, most, k) + wk_candidates(bucket, n, k)
 
 
 def _random_weights(fmt: str, n: int, k: int):

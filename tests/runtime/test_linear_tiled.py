@@ -382,6 +382,16 @@ def test_engine_without_the_permutation_kernel_gathers(ws_engine):
     assert name == item["kernel"] and torch.equal(args["x_ptr"], gm.gather_k(x, item["config"]["BLOCK_K"]))
 
 
+def test_the_build_searches_no_streamk_config():
+    """The build's NVFP4 GEMV search (nvfp4_gemv_candidates) leaves the stream-K configs out (they ran far slower in a
+    decode step than alone: linear_kernels.STREAMK_TILES), keeps the split GEMVs and, up to bucket 4, the WK ones."""
+    for bucket in (1, 4, 8, 16):
+        cands = LK.nvfp4_gemv_candidates(bucket, 34816, 5120, LK.CANDIDATES_PER_BUCKET, 132)
+        assert cands and not any(c.get("STREAMK") for c in cands), bucket
+        assert streamk_candidates(bucket, 34816, 5120, 132)  # the shape has stream-K configs to leave out
+        assert any(c.get("WK") for c in cands) == (bucket <= 4)
+
+
 def test_streamk_candidates():
     """Stream-K configs only for tiled weights, each with whole row tiles and at most one program a block."""
     from atlas.plugins_trt.quant_linear.gluon_streamk import blocks, check_streamk
