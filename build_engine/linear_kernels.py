@@ -55,7 +55,7 @@ RING slots (0: registers two deep), programs an SM), best first. H200 sweep of 1
 (tools/results/nvfp4_streamk.json): 256 x 128 with a 4-slot ring at 2 programs an SM was within 3% of the best in
 16 of 22 cases; it beats the split GEMV at M 4..16 on the large layers (27B gate_up M 8 43.9 -> 41.4 us, 8B lm_head
 M 16 134.5 -> 122.9), not at M 1 or on the 8B qkv. Not in the build's search since 2026-12-07 (seventh session):
-inside a decode step the stream-K GEMV runs far slower than alone, where the search times it (a chain of itself). The
+inside a decode step the stream-K GEMV runs far slower than in any timing of it alone (the search's or a graph chain). The
 27B nvfp4 engine's gate_up at M 1 took 70 us a launch in the step (tools/results/decode_h100.json profile) against
 48.8 alone; with its tuning-cache entry set to the best WK config instead (everything else the same,
 tools/results/tuning_cache_wk_gate_up_h100.json) the engine went from 98.8 to 122.8 tok/s at batch 1 (0.558 -> 0.680
@@ -254,12 +254,28 @@ def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict, then: str | None = 
     return lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg)
 
 
-def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None = None) -> dict:
-    """The fastest correct candidate on random data of the real shape (median of do_bench, Triton's JIT).
-    then: "silu" or "norm", a GEMV bucket timed and checked with what follows it (_candidate_call)."""
-    import triton.testing
+def _weight_copies(qt, nbytes: int) -> list:
+    """qt and enough fresh copies of its GPU tensors that a chain of launches over them reads every weight from device
+    memory, not L2 (tools/bench/timing.copies_for)."""
+    from atlas.tools.bench.timing import copies_for
 
+    fields = [f for f in ("weight", "weight_scale", "weight_scale_2") if getattr(qt, f) is not None]
+    return [qt] + [dataclasses.replace(qt, **{f: getattr(qt, f).clone() for f in fields})
+                   for _ in range(copies_for(nbytes) - 1)]
+
+
+def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None = None) -> dict:
+    """The fastest correct candidate on random data of the real shape. then: "silu" or "norm", a GEMV bucket timed and
+    checked with what follows it (_candidate_call).
+
+    Timed as the runtime runs it: a chain of launches (programmatic dependent launch for the GEMVs) over copies of
+    the weights enough to read them from device memory, captured in a CUDA graph and replayed (median;
+    tools/bench/timing.graph_time, as tools/bench_gemm.py times its search). Until 2026-12-07 the search took
+    triton.testing.do_bench's median (one launch at a time, the L2 flushed between), which ranked the stream-K GEMV
+    first for the 27B gate_up at M 1 where the graph chain (tools/results/gemm_h100.json: WK 42.8 us, stream-K 48.8)
+    and the decode step (decode_h100_wk_gate_up.json) put the WK GEMV ahead."""
     from atlas.plugins_trt.rms_norm.reference import rms_norm
+    from atlas.tools.bench.timing import graph_time
 
     qt, x, ref = _tuning_inputs(fmt, bucket, n, k, candidates)
     residual = weight = None
@@ -269,17 +285,18 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: s
         residual = torch.randn(bucket, n, device="cuda", dtype=torch.bfloat16)
         weight = torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5
         ref = rms_norm(ref + residual.float(), weight, NORM_EPS)
+    qts = _weight_copies(qt, sum(getattr(qt, f).numel() * getattr(qt, f).element_size()
+                                 for f in ("weight", "weight_scale", "weight_scale_2") if getattr(qt, f) is not None))
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
         # the norm updates its residual in place: each candidate's check starts from the same one
         norm = (residual.clone(), weight, NORM_EPS, 0.0) if then == "norm" else None
-        fn = _candidate_call(fmt, bucket, qt, x, cfg, then, norm)
         try:
-            y = fn().float()
+            y = _candidate_call(fmt, bucket, qt, x, cfg, then, norm)().float()
             if not float((y - ref).norm() / ref.norm()) < bound:  # a config that computes wrong here is skipped
                 continue
-            t = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+            t = graph_time([_candidate_call(fmt, bucket, q, x, cfg, then, norm) for q in qts], repeats=10)
         except Exception:  # a config the chip cannot run is skipped
             continue
         if t < best_t:

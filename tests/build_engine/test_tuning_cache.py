@@ -11,6 +11,7 @@ import json
 import types
 
 import pytest
+import torch
 
 from atlas.build_engine import linear_kernels
 from atlas.build_engine.errors import BuildError
@@ -190,3 +191,21 @@ def test_a_padded_shape_is_timed_and_cached_at_its_kernels_n(no_gpu_work, monkey
         assert configs({"x": entry}) == configs({"x": p["nvfp4:256x128"]})
         assert all(item["kernel"] == p["nvfp4:256x128"][b]["kernel"] for b, item in entry.items())
     assert not any("pad_n" in item for item in p["nvfp4:256x128"].values())
+
+
+def test_the_search_times_over_weight_copies_beyond_l2():
+    """_tune's chain reads each launch's weights from device memory: enough fresh copies that together they pass
+    four times the L2 (tools/bench/timing.copies_for, at most 64), each equal to the original and in its own
+    storage."""
+    from atlas.build_engine.quantize.quantizer import quantize
+    from atlas.tools.bench.timing import L2_BYTES
+
+    qt = quantize(torch.randn(256, 512) * 0.02, "nvfp4")
+    copies = linear_kernels._weight_copies(qt, L2_BYTES // 3)  # the bytes of a weight a third of the L2
+    assert copies[0] is qt and len(copies) == 12
+    assert len(linear_kernels._weight_copies(qt, qt.weight.numel())) == 64  # a small weight: the most copies
+    for c in copies[1:]:
+        assert torch.equal(c.weight, qt.weight) and c.weight.data_ptr() != qt.weight.data_ptr()
+        assert torch.equal(c.weight_scale, qt.weight_scale) and torch.equal(c.weight_scale_2, qt.weight_scale_2)
+    big = linear_kernels._weight_copies(qt, 5 * L2_BYTES)  # a weight past the floor by itself: no copy
+    assert big == [qt]
