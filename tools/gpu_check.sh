@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -363,6 +363,17 @@ if [ "$what" = session6 ]; then  # the next session's first call (~9 minutes): t
     # profile's per-kernel shares, batch 8)
     PADTESTS_TIMEOUT=${S6_TESTS_TIMEOUT:-260} bash "$0" padtests
     DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S6_DECODE_TIMEOUT:-290} bash "$0" decode
+fi
+if [ "$what" = session9 ]; then  # the next session's first call (~8 minutes): the build's search now times each
+    # candidate in a CUDA-graph chain over weight copies (linear_kernels._tune, written 2026-12-07 seventh session,
+    # GPU-untested) and no longer offers stream-K: the autotuned-build GPU test first (every build depends on it),
+    # then the 27B nvfp4 case afresh (its tuning from scratch: the kernel digest changed). Then, a call or two each:
+    # DECODE_CASES=llama-3.1-8b:nvfp4,llama-3.1-8b:fp8 and llama-3.1-8b:bfloat16,qwen3.5-27b:bfloat16 (DECODE_PART=atlas
+    # on the H100, whose peers are in the file; both on an H200), copying $OUT's results file into tools/results
+    # between calls so that the next one merges it
+    timeout ${S9_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_cuda.py \
+        -k "autotuned" 2>&1 | tee "$out/pytest_tuned_build_gpu.log" | tail -8
+    DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S9_DECODE_TIMEOUT:-330} bash "$0" decode
 fi
 if [ "$what" = session8 ]; then  # the next session's first call (~7 minutes): the GDN GPU tests (the decode's gated
     # norm fused across Dv tiles, SPLIT_NORM, written 2026-12-07 sixth session), then the PDL-order A/B on the 8B nvfp4
