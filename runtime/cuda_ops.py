@@ -38,8 +38,7 @@ class CudaOps:
         splits over the context (fixed per captured graph; see ModelRunner). pdl: launch the step's small kernels
         (embedding, norms, RoPE, decode attention, the fused GDN decode, SiLU-mul, argmax) with programmatic dependent
         launch (plugins_trt/pdl.py; 2 = WAIT_FIRST, True = LAUNCH_FIRST), as the GEMVs are: each launch overlaps the
-        kernel before it. max_batch: the
-        largest decode batch (sizes the decode attention's split counters)."""
+        kernel before it. max_batch: the largest decode batch (sizes the decode attention's split counters)."""
         self.c = config
         self.aot = aot
         self.pdl = pdl
