@@ -17,14 +17,18 @@ from atlas.runtime.errors import EngineError
 from atlas.runtime.kernels import KernelTable
 
 GEMV_BUCKETS = (1, 2, 4, 8, 16)
-GEMM_BUCKETS = (64, 256, 2048)
+GEMM_BUCKETS = (64, 256, 512, 2048)
+"""512: a prefill chunk's rows (RunnerOptions.prefill_chunk), which without it took the 2048 bucket's plan: for NVFP4
+the dequantization to bf16 + cuBLAS that wins at 2048 rows and writes and reads the whole weight in bf16 again at
+512 (2026-12-07). Engines built before it have no 512 entry: CudaLinear takes the buckets its plan has."""
 
 
-def bucket_for(m: int) -> int:
-    for b in GEMV_BUCKETS + GEMM_BUCKETS:
+def bucket_for(m: int, buckets: tuple[int, ...] = GEMV_BUCKETS + GEMM_BUCKETS) -> int:
+    """The smallest of `buckets` (ascending) that holds m rows; the largest for more."""
+    for b in buckets:
         if m <= b:
             return b
-    return GEMM_BUCKETS[-1]
+    return buckets[-1]
 
 
 def streamk_partials_shape(config: dict) -> tuple[int, int, int, int]:
@@ -45,6 +49,7 @@ class CudaLinear:
         self.bias = bias
         self.kernels = kernels
         self.plan = plan
+        self.buckets = tuple(sorted(int(b) for b in plan)) if plan else ()  # an older engine's may lack some
         self.n = self.n_out = self.weight.shape[0]  # n: the columns the kernels compute; n_out: the layer's
         self.k = self.weight.shape[1] * (2 if fmt == "nvfp4" else 1)
         if fmt in ("nvfp4", "fp8") and (kernels is None or not plan):
@@ -120,7 +125,7 @@ class CudaLinear:
     def _fuses(self, reduction: str, m: int) -> bool:
         if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
             return False
-        entry = self.plan[str(bucket_for(m))]
+        entry = self.plan[str(bucket_for(m, self.buckets))]
         cfg = entry["config"]
         return bool(entry.get(reduction)) and cfg.get("SPLIT_K", 1) > 1 and not cfg.get("STREAMK")
 
@@ -182,7 +187,7 @@ class CudaLinear:
         if self.fmt in ("bfloat16", "float32"):
             return F.linear(x, self.weight.to(x.dtype), self.bias)
         m = x.shape[0]
-        bucket = str(bucket_for(m))
+        bucket = str(bucket_for(m, self.buckets))
         entry = self.plan[bucket]
         if silu and not self.fuses_silu(m):
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused SiLU-mul at M = {m}")

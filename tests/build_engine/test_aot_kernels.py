@@ -319,3 +319,34 @@ def test_launch_compiles_nothing(engine, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "launched without compiling" in result.stdout
     assert not any(cache.iterdir()), "something wrote to the Triton cache"
+
+
+def test_compile_threads_retry_the_ast_race_only(monkeypatch):
+    """CPython's ast is not thread-safe (python/cpython#106905): a compile in the build's threads that fails with its
+    spurious "AST constructor recursion depth mismatch" SystemError is compiled again; any other failure is raised
+    at once."""
+    from atlas.build_engine.kernels import aot
+
+    calls = []
+
+    def flaky(spec, arch):
+        calls.append(spec)
+        if len(calls) == 1:
+            try:
+                raise SystemError("AST constructor recursion depth mismatch (before=180, after=237)")
+            except SystemError as e:
+                raise KernelCompileError(f"{spec}: Triton could not compile it") from e
+        return "compiled"
+
+    monkeypatch.setattr(aot, "compile_kernel", flaky)
+    assert aot._compile_in_thread("k", 90) == "compiled" and calls == ["k", "k"]
+
+    def broken(spec, arch):
+        calls.append(spec)
+        raise KernelCompileError(f"{spec}: needs 300000 bytes of shared memory")
+
+    calls.clear()
+    monkeypatch.setattr(aot, "compile_kernel", broken)
+    with pytest.raises(KernelCompileError, match="shared memory"):
+        aot._compile_in_thread("k", 90)
+    assert calls == ["k"]

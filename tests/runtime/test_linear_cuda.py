@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from atlas.build_engine.builder import BuildConfig, build
+from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS
 
 FORMATS = {"nvfp4": {}, "fp8": {}, "mixed": {"mlp": "fp8", "lm_head": "nvfp4"}}
 
@@ -107,7 +108,7 @@ def test_wgmma_way_in_the_plan(wgmma_engine):
     seen = 0
     for key, entry in wgmma_engine.manifest["linear_kernels"].items():
         k = int(key.split("x")[1])
-        for bucket in ("64", "256", "2048"):
+        for bucket in map(str, GEMM_BUCKETS):
             item = entry[bucket]
             assert bool(item["config"].get("WGMMA")) == (k % 128 == 0), (key, item["config"])
             assert item["kernel"] in table
@@ -125,7 +126,7 @@ def test_library_ways_in_the_plan(library_engines):
         for key, entry in result.manifest["linear_kernels"].items():
             if not key.startswith(fmt):
                 continue
-            for bucket in ("64", "256", "2048"):
+            for bucket in map(str, GEMM_BUCKETS):
                 item = entry[bucket]
                 if fmt == "nvfp4":  # rows: a multiple of 16, or the whole weight in one call
                     n = int(key.split(":")[1].split("x")[0])
@@ -170,7 +171,7 @@ def test_cuda_engine_refused_by_the_cpu_runtime(cuda_engines):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(FORMATS))
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 16, 17, 64, 200, 256, 300, 2048])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 16, 17, 64, 200, 256, 300, 512, 2048])
 def test_cuda_linear_matches_reference(name, m, cuda_engines):
     check_engine_linears(cuda_engines[name], m)
 
@@ -283,6 +284,35 @@ def test_gemv_candidates_keep_every_way():
     assert all(4096 % c["BLOCK_K"] == 0 for c in nv if c.get("GLUON"))
     odd = gemv_candidates(gemv.CONFIGS_nvfp4_gemv, 4, 28672, 9, k=4096 + 64)
     assert odd and not any(c.get("GLUON") for c in odd)  # 4160 is no multiple of the Gluon BLOCK_K (128, 256)
+
+
+def test_rows_take_the_smallest_bucket_the_plan_has():
+    """A prefill chunk of up to 512 rows takes the 512 bucket's kernel; an engine built before that bucket (no "512"
+    in its plan) takes its 2048 one, as it did."""
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    launched = []
+
+    class Kernels:
+        def params(self, name):
+            return []
+
+        def launch(self, name, grid, *args):
+            launched.append(name)
+
+    t = {"weight": torch.zeros(128, 32, dtype=torch.uint8), "weight_scale": torch.ones(128, 4),
+         "weight_scale_2": torch.ones(128)}
+    gemv = {"config": {}, "kernel": "gemv"}
+    plan = {**{str(b): gemv for b in (1, 2, 4, 8, 16)}, **{str(b): {"config": {}, "kernel": f"gemm{b}"}
+                                                          for b in GEMM_BUCKETS}}
+    older = {b: e for b, e in plan.items() if b != "512"}
+    for p, want in ((plan, ["gemm256", "gemm512", "gemm512", "gemm2048", "gemm2048"]),
+                    (older, ["gemm256", "gemm2048", "gemm2048", "gemm2048", "gemm2048"])):
+        launched.clear()
+        layer = CudaLinear("nvfp4", t, Kernels(), p)
+        for m in (256, 257, 512, 513, 4096):
+            layer(torch.zeros(m, 64, dtype=torch.bfloat16))
+        assert launched == want, (sorted(p, key=int), launched)
 
 
 def test_fused_silu_only_where_the_plan_compiled_it():

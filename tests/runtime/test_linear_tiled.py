@@ -10,6 +10,7 @@ from atlas.build_engine.linear_kernels import (gemv_candidates, is_tiled, stream
                                                wk_candidates)
 from atlas.plugins_trt.quant_linear import triton_gemm as GM
 from atlas.plugins_trt.quant_linear import triton_gemv as GV
+from atlas.runtime.layers.linear_cuda import GEMM_BUCKETS
 from atlas.tools.dev.nvfp4_wk import configs as wk_configs
 from atlas.tools.dev.variants import nvfp4_tiled_weight
 
@@ -186,7 +187,7 @@ def test_split_wgmma_in_the_plan(split_engine):
     seen = 0
     for key, entry in split_engine.manifest["linear_kernels"].items():
         k = int(key.split("x")[1])
-        for bucket in ("64", "256", "2048"):
+        for bucket in map(str, GEMM_BUCKETS):
             item = entry[bucket]
             split = item["config"].get("SPLIT_K", 1)
             assert (split == 2) == (k % 256 == 0), (key, item["config"])
@@ -206,7 +207,7 @@ def test_sk_wgmma_in_the_plan(sk_engine):
         table = result.manifest["kernels"]["kernels"]
         for key, entry in result.manifest["linear_kernels"].items():
             k = int(key.split("x")[1])
-            for bucket in ("64", "256", "2048"):
+            for bucket in map(str, GEMM_BUCKETS):
                 item = entry[bucket]
                 cfg = item["config"]
                 assert bool(cfg.get("SK")) == (k % 256 == 0), (key, cfg)
@@ -313,7 +314,7 @@ def test_ws_in_the_plan(ws_engine):
         table = result.manifest["kernels"]["kernels"]
         for key, entry in result.manifest["linear_kernels"].items():
             k = int(key.split("x")[1])
-            for bucket in ("64", "256", "2048"):
+            for bucket in map(str, GEMM_BUCKETS):
                 item = entry[bucket]
                 cfg = item["config"]
                 if not cfg.get("WS"):
