@@ -50,18 +50,18 @@ SM_COUNT = 132  # H200; the heuristic only needs the order of magnitude
 GLUON_SHARE = 3
 """Candidates a Gluon way gets for each one of another way in gemv_candidates."""
 STREAMK_TILES = [(256, 128, 4, 2), (128, 128, 0, 2), (128, 128, 4, 2), (128, 128, 6, 3)]
-"""Stream-K GEMV configs for tiled NVFP4 weights (plugins_trt/quant_linear/gluon_streamk.py): (BLOCK_N, BLOCK_K,
-RING slots (0: registers two deep), programs an SM), best first. H200 sweep of 14 forms over six shapes and M 1..16
-(tools/results/nvfp4_streamk.json): 256 x 128 with a 4-slot ring at 2 programs an SM was within 3% of the best in
-16 of 22 cases; it beats the split GEMV at M 4..16 on the large layers (27B gate_up M 8 43.9 -> 41.4 us, 8B lm_head
-M 16 134.5 -> 122.9), not at M 1 or on the 8B qkv. Not in the build's search since 2026-12-07 (seventh session):
-inside a decode step the stream-K GEMV runs far slower than in any timing of it alone (the search's or a graph chain). The
-27B nvfp4 engine's gate_up at M 1 took 70 us a launch in the step (tools/results/decode_h100.json profile) against
-48.8 alone; with its tuning-cache entry set to the best WK config instead (everything else the same,
+"""Stream-K GEMV configs for tiled NVFP4 weights (plugins_trt/quant_linear/gluon_streamk.py): (BLOCK_N, BLOCK_K, RING
+slots (0: registers two deep), programs an SM), best first. H200 sweep of 14 forms over six shapes and M 1..16
+(tools/results/nvfp4_streamk.json): 256 x 128 with a 4-slot ring at 2 programs an SM was within 3% of the best in 16
+of 22 cases; it beats the split GEMV at M 4..16 on the large layers (27B gate_up M 8 43.9 -> 41.4 us, 8B lm_head M 16
+134.5 -> 122.9), not at M 1 or on the 8B qkv. Not in the build's search since 2026-12-07 (seventh session): inside a
+decode step the stream-K GEMV runs far slower than in any timing of it alone (the search's or a graph chain). The 27B
+nvfp4 engine's gate_up at M 1 took 70 us a launch in the step (tools/results/decode_h100.json profile) against 48.8
+alone; with its tuning-cache entry set to the best WK config instead (everything else the same,
 tools/results/tuning_cache_wk_gate_up_h100.json) the engine went from 98.8 to 122.8 tok/s at batch 1 (0.558 -> 0.680
 of the floor; tools/results/decode_h100_wk_gate_up.json, the WK launches about 39 us). The 8B nvfp4 engine's stream-K
-qkv and gate_up at batch 8 ran at about 43% of the bandwidth in its step likewise. Kept for the dev sweeps
-(tools/dev/nvfp4_streamk.py) and its tests."""
+qkv and gate_up at batch 8 ran at about 42% of the bandwidth in its step likewise (80 MB a layer in 1999 us for 32
+layers, decode_h100.json profile_b8). Kept for the dev sweeps (tools/dev/nvfp4_streamk.py) and its tests."""
 
 
 def shape_key(fmt: str, n: int, k: int) -> str:
