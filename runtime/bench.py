@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -111,36 +112,64 @@ def run_case(runner, batch: int, prompt_len: int, gen_len: int, bandwidth: float
     return BenchCase(batch, prompt_len, gen_len, ttft, tpot, batch / tpot, nbytes, floor, floor / tpot)
 
 
-def kernel_table(kernels: list[tuple[str, float, float]], steps: int, wall_s: float) -> dict:
-    """Per-step figures from (name, start us, end us) of every GPU activity over `steps` decode steps that took
-    wall_s: each name's launches and microseconds a step (largest first), their sum, the step's wall time, and the
-    GPU's idle share (the gaps between kernels that neither the graph nor programmatic dependent launch hid).
+def kernel_table(kernels: list[tuple], steps: int, wall_s: float) -> dict:
+    """Per-step figures from (name, start us, end us[, grid]) of every GPU activity over `steps` decode steps that
+    took wall_s: each name's launches and microseconds a step (largest first), their sum, the step's wall time, and
+    the GPU's idle share (the gaps between kernels that neither the graph nor programmatic dependent launch hid).
+    Where the events carry their grids, "by_grid" has the same figures for each (name, grid): one kernel at one
+    shape, so that a linear's share in the step can be told from another's of the same kernel.
 
     A kernel's microseconds are its own share of the timeline: from the end of what finished before it (or its
     start, if later) to its end. Under programmatic dependent launch a kernel starts while its predecessor runs and
     waits for it, so its duration ("resident_us") counts its predecessor's time too; the shares add up to the busy
     time instead, and say what a step would save if the kernel took no time."""
     by_name: dict[str, list[tuple[float, float]]] = {}
+    by_grid: dict[tuple[str, tuple], list[tuple[float, float]]] = {}
     done = float("-inf")  # the latest end so far (one stream: kernels finish in order)
-    for name, start, end in sorted(kernels, key=lambda e: (e[2], e[1])):
+    for name, start, end, *grid in sorted(kernels, key=lambda e: (e[2], e[1])):
         # C++ signatures (cuBLAS) and copies ("Memcpy HtoD (Pinned -> Device)") cut at "("
         short = name.split("(")[0].removeprefix("void ").strip()[:90]
-        by_name.setdefault(short, []).append((max(0.0, end - max(start, done)), end - start))
+        share = (max(0.0, end - max(start, done)), end - start)
+        by_name.setdefault(short, []).append(share)
+        if grid and grid[0] is not None:
+            by_grid.setdefault((short, tuple(grid[0])), []).append(share)
         done = max(done, end)
-    rows = sorted(({"name": n, "launches": len(v) / steps, "us": sum(u for u, _ in v) / steps,
-                    "resident_us": sum(r for _, r in v) / steps} for n, v in by_name.items()),
-                  key=lambda r: -r["us"])
-    busy = sum(r["us"] for r in rows)
+
+    def rows(groups: dict, label) -> list[dict]:
+        return sorted(({**label(k), "launches": len(v) / steps, "us": sum(u for u, _ in v) / steps,
+                        "resident_us": sum(r for _, r in v) / steps} for k, v in groups.items()),
+                      key=lambda r: -r["us"])
+
+    table = rows(by_name, lambda n: {"name": n})
+    busy = sum(r["us"] for r in table)
     step_us = wall_s / steps * 1e6
-    return {"steps": steps, "step_us": step_us, "kernel_us": busy, "idle_fraction": max(0.0, 1 - busy / step_us),
-            "kernels": rows}
+    out = {"steps": steps, "step_us": step_us, "kernel_us": busy, "idle_fraction": max(0.0, 1 - busy / step_us),
+           "kernels": table}
+    if by_grid:
+        out["by_grid"] = rows(by_grid, lambda k: {"name": k[0], "grid": list(k[1])})
+    return out
+
+
+def trace_kernels(trace: dict) -> list[tuple[str, float, float, list | None]]:
+    """(name, start us, end us, grid or None) of the GPU activities (kernels, copies, memsets) in a torch.profiler
+    Chrome trace (`export_chrome_trace`'s JSON): the grid of each kernel, which the profiler's events lack."""
+    out = []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            start = float(e["ts"])
+            out.append((e["name"], start, start + float(e.get("dur", 0.0)), (e.get("args") or {}).get("grid")))
+    return out
 
 
 def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: int = 0) -> dict:
     """Where a decode step's time goes: `steps` pipelined decode steps of `batch` sequences after a prompt_len
     prefill, under torch.profiler (CUDA activities only: the kernels inside the graph replays, and the copies),
-    summed a step by kernel_table. The profiler's own cost shows in step_us, not in the kernels' times.
-    A profiler that fails gives {"error": ...} (the caller's bench figures stand)."""
+    summed a step by kernel_table, by kernel and (from the profiler's Chrome trace, where it has them) by kernel and
+    grid. The profiler's own cost shows in step_us, not in the kernels' times. A profiler that fails gives
+    {"error": ...} (the caller's bench figures stand)."""
+    import json
+    import tempfile
+
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -160,7 +189,16 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
             runner.free(s)
     events = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
               if e.device_type == DeviceType.CUDA]
-    return {"batch": batch, "prompt_len": prompt_len, **kernel_table(events, steps, wall)}
+    result = {"batch": batch, "prompt_len": prompt_len, **kernel_table(events, steps, wall)}
+    try:  # the grids: from the Chrome trace (the same activities; a profiler without them leaves by_grid out)
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            prof.export_chrome_trace(f.name)
+            traced = trace_kernels(json.loads(Path(f.name).read_text()))
+        if traced and any(g is not None for *_, g in traced):
+            result["by_grid"] = kernel_table(traced, steps, wall)["by_grid"]
+    except (OSError, ValueError, KeyError) as e:
+        result["by_grid_error"] = f"{type(e).__name__}: {e}"
+    return result
 
 
 def profile_text(p: dict, rows: int = 15) -> str:
@@ -177,6 +215,10 @@ def profile_text(p: dict, rows: int = 15) -> str:
         rest = p["kernels"][rows:]
         lines.append(f"{sum(r['us'] for r in rest):>9.1f} {sum(r.get('resident_us', r['us']) for r in rest):>9.1f} "
                      f"{sum(r['launches'] for r in rest):>8.1f}  ({len(rest)} more kernels)")
+    if p.get("by_grid"):
+        lines.append(f"{'us/step':>9} {'us/launch':>9} {'launches':>8}  kernel [grid]  (the largest {rows} by grid)")
+        lines += [f"{r['us']:>9.1f} {r['us'] / r['launches']:>9.1f} {r['launches']:>8.1f}  {r['name']} {r['grid']}"
+                  for r in p["by_grid"][:rows]]
     return "\n".join(lines)
 
 

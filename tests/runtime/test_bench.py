@@ -92,9 +92,39 @@ def test_bench_runs_on_a_small_engine(tmp_path):
     norm = next(r for r in p["kernels"] if "rms_norm" in r["name"])
     assert norm["launches"] >= runner.c.num_layers  # a step's launches, not the profile's
     assert 0 < p["kernel_us"] <= p["step_us"] and 0 <= p["idle_fraction"] < 1
+    # by grid, from the Chrome trace: the kernels again, each shape apart (the copies have no grid)
+    assert p["by_grid"] and all(len(r["grid"]) == 3 for r in p["by_grid"])
+    assert sum(r["launches"] for r in p["by_grid"]) <= sum(r["launches"] for r in p["kernels"])
     assert runner.blocks.num_free == runner.blocks.num_blocks
 
 
 def test_profile_text_names_a_failed_profile():
     assert profile_text({"batch": 1, "error": "RuntimeError: CUPTI_ERROR"}) == \
         "no kernel profile at batch 1: RuntimeError: CUPTI_ERROR"
+
+
+def test_kernel_table_by_grid_tells_shapes_of_one_kernel_apart():
+    """Events with grids (trace_kernels from a profiler's Chrome trace): the same kernel at two grids (two linears'
+    shapes) gets a row each in by_grid, the by-name table sums them; copies (no grid) stay out of by_grid."""
+    from atlas.runtime.bench import trace_kernels
+
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "nvfp4_gemv_wk_kernel", "ts": 0.0, "dur": 40.0,
+         "args": {"grid": [2176, 1, 1], "block": [128, 1, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "nvfp4_gemv_wk_kernel", "ts": 40.0, "dur": 10.0,
+         "args": {"grid": [384, 1, 1], "block": [128, 1, 1]}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 50.0, "dur": 1.0, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 0.0, "dur": 5.0},  # not a GPU activity
+        {"ph": "X", "cat": "kernel", "name": "nvfp4_gemv_wk_kernel", "ts": 60.0, "dur": 38.0,
+         "args": {"grid": [2176, 1, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "nvfp4_gemv_wk_kernel", "ts": 98.0, "dur": 12.0,
+         "args": {"grid": [384, 1, 1]}}]}
+    events = trace_kernels(trace)
+    assert len(events) == 5 and events[2][3] is None
+    t = kernel_table(events, steps=2, wall_s=120e-6)
+    assert t["kernels"][0] == pytest.approx({"name": "nvfp4_gemv_wk_kernel", "launches": 2.0, "us": 50.0,
+                                             "resident_us": 50.0})
+    assert [(r["grid"], r["launches"], r["us"]) for r in t["by_grid"]] == [([2176, 1, 1], 1.0, 39.0),
+                                                                           ([384, 1, 1], 1.0, 11.0)]
+    assert "[2176, 1, 1]" in profile_text({"batch": 1, **t})
+    assert "by_grid" not in kernel_table([(n, a, b) for n, a, b, _ in events], steps=2, wall_s=120e-6)
