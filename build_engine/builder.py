@@ -21,6 +21,7 @@ from atlas.build_engine.errors import BuildError, CheckpointError
 from atlas.build_engine.families import family_for
 from atlas.build_engine.convert import Converter
 from atlas.build_engine.precision import FORMATS, PrecisionPlan
+from atlas.plugins_trt.pdl_order import WAIT_FIRST
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.engine import FORMAT_NAME, FORMAT_VERSION, MANIFEST, sha256_file
 from atlas.runtime.layout import canonical_shapes
@@ -50,9 +51,9 @@ class BuildConfig:
     """--device cuda: the paged KV cache's format, bfloat16 or fp8 (E4M3, one scale per tensor)."""
     max_batch: int = 32
     """--device cuda: the most sequences a decode step runs (the largest captured batch bucket)."""
-    pdl: bool | int = 2
-    """--device cuda: the step's small kernels with programmatic dependent launch (RunnerOptions.pdl: 2 is
-    plugins_trt/pdl.WAIT_FIRST, True LAUNCH_FIRST, False none)."""
+    pdl: bool | int = WAIT_FIRST
+    """--device cuda: the step's small kernels with programmatic dependent launch (RunnerOptions.pdl:
+    plugins_trt/pdl_order.WAIT_FIRST, LAUNCH_FIRST, or False for none)."""
     tuning_cache: Path | None = None
     """--device cuda, autotuned: a JSON file of chosen kernel configurations that this build reuses and adds to
     (build_engine/tuning_cache.py)."""

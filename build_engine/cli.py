@@ -8,7 +8,7 @@ import click
 
 from atlas.build_engine.errors import BuildError
 
-WAIT_FIRST = 2  # plugins_trt/pdl.WAIT_FIRST (not imported: that imports triton, which the CLI's help need not)
+from atlas.plugins_trt.pdl_order import LAUNCH_FIRST, WAIT_FIRST
 
 
 def pdl_order(pdl: bool, launch_first: bool) -> bool | int:
@@ -17,7 +17,7 @@ def pdl_order(pdl: bool, launch_first: bool) -> bool | int:
     if launch_first:
         if not pdl:
             raise click.UsageError("--pdl-launch-first is an order of programmatic dependent launch: not with --no-pdl")
-        return True
+        return LAUNCH_FIRST
     return WAIT_FIRST if pdl else False
 
 EXAMPLES = """

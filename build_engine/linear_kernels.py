@@ -203,12 +203,11 @@ def wk_candidates(bucket: int, n: int, k: int) -> list[dict]:
             for bn, bk, nw, wk, pre in tiles if n % bn == 0 and k % bk == 0]
 
 
-def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int, sm_count: int = SM_COUNT) -> list[dict]:
+def nvfp4_gemv_candidates(bucket: int, n: int, k: int, most: int) -> list[dict]:
     """What the build times for an NVFP4 GEMV bucket: gemv_candidates' split GEMVs (tiled when the weight is), then
     the WK ones (not the stream-K configs: STREAMK_TILES says why). A build without timing takes the first."""
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
-    del sm_count  # the stream-K grid's; kept in the signature for the dev sweeps that add those configs
     tiled = is_tiled("nvfp4", n, k)
     configs = tiled_configs(gemv.CONFIGS_nvfp4_gemv) if tiled else gemv.CONFIGS_nvfp4_gemv
     return gemv_candidates(configs, bucket, n, most, k) + wk_candidates(bucket, n, k)
@@ -254,13 +253,14 @@ def _candidate_call(fmt: str, bucket: int, qt, x, cfg: dict, then: str | None = 
     return lambda: gemm.w8a8_linear(x, qt.weight, qt.weight_scale, cfg)
 
 
-def _weight_copies(qt, nbytes: int) -> list:
-    """qt and enough fresh copies of its GPU tensors that a chain of launches over them reads every weight from device
+def _weight_copies(qt) -> list:
+    """qt and enough fresh copies of its tensors that a chain of launches over them reads every weight from device
     memory, not L2 (tools/bench/timing.copies_for)."""
     from atlas.tools.bench.timing import copies_for
 
-    fields = [f for f in ("weight", "weight_scale", "weight_scale_2") if getattr(qt, f) is not None]
-    return [qt] + [dataclasses.replace(qt, **{f: getattr(qt, f).clone() for f in fields})
+    tensors = {f: getattr(qt, f) for f in ("weight", "weight_scale", "weight_scale_2") if getattr(qt, f) is not None}
+    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    return [qt] + [dataclasses.replace(qt, **{f: t.clone() for f, t in tensors.items()})
                    for _ in range(copies_for(nbytes) - 1)]
 
 
@@ -285,8 +285,7 @@ def _tune(fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: s
         residual = torch.randn(bucket, n, device="cuda", dtype=torch.bfloat16)
         weight = torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5
         ref = rms_norm(ref + residual.float(), weight, NORM_EPS)
-    qts = _weight_copies(qt, sum(getattr(qt, f).numel() * getattr(qt, f).element_size()
-                                 for f in ("weight", "weight_scale", "weight_scale_2") if getattr(qt, f) is not None))
+    qts = _weight_copies(qt)
     bound = 5e-2 if (fmt == "fp8" and bucket not in GEMV_BUCKETS) else 1e-2  # W8A8 also rounds the activations
     best, best_t = None, float("inf")
     for cfg in candidates:
@@ -406,7 +405,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 
     specs, plan, seen = [], {}, set()  # compiled together at the end (threads)
-    # the stream-K GEMV's grid is a few programs an SM of the chip it is tuned on
+    # the persistent GEMMs' grids are a few programs an SM of the chip they are tuned on
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count if tune else SM_COUNT
 
     def add(sig, name, grid):
@@ -417,7 +416,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
 
     def candidates(fmt, bucket, n, k):
         if bucket in GEMV_BUCKETS and fmt == "nvfp4":
-            cands = nvfp4_gemv_candidates(bucket, n, k, candidates_per_bucket, sm_count)
+            cands = nvfp4_gemv_candidates(bucket, n, k, candidates_per_bucket)
         elif bucket in GEMV_BUCKETS:
             cands = gemv_candidates(gemv.CONFIGS_fp8_gemv, bucket, n, candidates_per_bucket, k)
         else:

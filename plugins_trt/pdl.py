@@ -26,10 +26,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-LAUNCH_FIRST = True
-"""The PDL constexpr (and RunnerOptions.pdl) value of the launch-then-wait order (module docstring)."""
-WAIT_FIRST = 2
-"""The PDL constexpr (and RunnerOptions.pdl) value of the wait-then-launch order, the default (module docstring)."""
+from atlas.plugins_trt.pdl_order import LAUNCH_FIRST, WAIT_FIRST  # noqa: F401 (the PDL constexpr's values)
 
 
 @triton.jit

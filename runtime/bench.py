@@ -187,18 +187,16 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
     finally:
         for s in ids:
             runner.free(s)
-    events = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-              if e.device_type == DeviceType.CUDA]
-    result = {"batch": batch, "prompt_len": prompt_len, **kernel_table(events, steps, wall)}
-    try:  # the grids: from the Chrome trace (the same activities; a profiler without them leaves by_grid out)
+    try:  # the activities with their grids, from the Chrome trace
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             prof.export_chrome_trace(f.name)
-            traced = trace_kernels(json.loads(Path(f.name).read_text()))
-        if traced and any(g is not None for *_, g in traced):
-            result["by_grid"] = kernel_table(traced, steps, wall)["by_grid"]
-    except (OSError, ValueError, KeyError) as e:
-        result["by_grid_error"] = f"{type(e).__name__}: {e}"
-    return result
+            events = trace_kernels(json.loads(Path(f.name).read_text()))
+    except (OSError, ValueError, KeyError):
+        events = []
+    if not events:  # a trace without them: the profiler's events (no grids, so no by_grid)
+        events = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+                  if e.device_type == DeviceType.CUDA]
+    return {"batch": batch, "prompt_len": prompt_len, **kernel_table(events, steps, wall)}
 
 
 def profile_text(p: dict, rows: int = 15) -> str:

@@ -21,6 +21,7 @@ from atlas.plugins_trt.causal_conv1d.triton_conv import launch_conv_varlen
 from atlas.plugins_trt.embedding.triton_embed import launch_embedding
 from atlas.plugins_trt.gated_delta_net.triton_chunk import launch_chunk_gdn, padded_chunk_plan
 from atlas.plugins_trt.gated_delta_net.triton_decode import launch_gdn_decode
+from atlas.plugins_trt.pdl_order import WAIT_FIRST
 from atlas.plugins_trt.rms_norm.triton_norm import launch_gated_rms_norm, launch_rms_norm
 from atlas.plugins_trt.rope.reference import rope_inv_freq
 from atlas.plugins_trt.rope.triton_rope import launch_qkv_rope
@@ -33,11 +34,11 @@ from atlas.runtime.step import StepInputs
 
 class CudaOps:
     def __init__(self, config: ModelConfig, aot, device: torch.device | str = "cuda", num_splits: int = 1,
-                 pdl: bool | int = 2, max_batch: int = 128):
+                 pdl: bool | int = WAIT_FIRST, max_batch: int = 128):
         """aot: AotKernels of the engine (or a KernelRecorder at build). num_splits: the decode attention's
         splits over the context (fixed per captured graph; see ModelRunner). pdl: launch the step's small kernels
         (embedding, norms, RoPE, decode attention, the fused GDN decode, SiLU-mul, argmax) with programmatic dependent
-        launch (plugins_trt/pdl.py; 2 = WAIT_FIRST, True = LAUNCH_FIRST), as the GEMVs are: each launch overlaps the
+        launch (plugins_trt/pdl.py; WAIT_FIRST or LAUNCH_FIRST), as the GEMVs are: each launch overlaps the
         kernel before it. max_batch: the largest decode batch (sizes the decode attention's split counters)."""
         self.c = config
         self.aot = aot

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from atlas.plugins_trt.attention.triton_decode import default_num_splits
+from atlas.plugins_trt.pdl_order import WAIT_FIRST
 from atlas.runtime.block_manager import BlockManager
 from atlas.runtime.config import GDN, ModelConfig
 from atlas.runtime.cuda_ops import CudaOps
@@ -45,10 +46,10 @@ class RunnerOptions:
     """bfloat16 | fp8 (E4M3, one scale per tensor)."""
     prefill_chunk: int = 512
     max_seq_len: int = 4096
-    pdl: bool | int = 2
-    """The step's small kernels compiled and launched with programmatic dependent launch (plugins_trt/pdl.py): 2
-    (pdl.WAIT_FIRST, the default: each waits for the kernel before it, then lets the next launch), True
-    (pdl.LAUNCH_FIRST: the other way round) or False (plain launches)."""
+    pdl: bool | int = WAIT_FIRST
+    """The step's small kernels compiled and launched with programmatic dependent launch (plugins_trt/pdl.py):
+    WAIT_FIRST (the default: each waits for the kernel before it, then lets the next launch), LAUNCH_FIRST (the
+    other way round) or False (plain launches)."""
 
     def __post_init__(self):
         if self.kv_cache_dtype not in ("bfloat16", "fp8"):

@@ -26,7 +26,8 @@ from pathlib import Path
 import click
 import torch
 
-from atlas.build_engine.cli import WAIT_FIRST, pdl_order
+from atlas.build_engine.cli import pdl_order
+from atlas.plugins_trt.pdl_order import WAIT_FIRST
 
 CASES = ("llama-3.1-8b:bfloat16", "llama-3.1-8b:fp8", "llama-3.1-8b:nvfp4", "qwen3.5-27b:bfloat16",
          "qwen3.5-27b:nvfp4")

@@ -112,8 +112,7 @@ def bench_shape(name: str, n: int, k: int, bandwidth: float, most: int, pdl: boo
             def run8(cfg, qt, pdl=pdl):
                 return gemv.launch_fp8_gemv(x, qt.weight, qt.weight_scale, cfg, out=out, pdl=pdl)
 
-            cands4 = nvfp4_gemv_candidates(gemv.gemv_bucket(m), n, k, most,
-                                           torch.cuda.get_device_properties(0).multi_processor_count)
+            cands4 = nvfp4_gemv_candidates(gemv.gemv_bucket(m), n, k, most)
             cands8 = gemv_candidates(gemv.CONFIGS_fp8_gemv, gemv.gemv_bucket(m), n, most)
             kind = "gemv"
         else:

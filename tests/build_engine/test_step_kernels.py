@@ -110,7 +110,7 @@ def test_pdl_launch_first_records_its_instances(built):
     """RunnerOptions.pdl LAUNCH_FIRST (atlas-build --pdl-launch-first): the same kernels, the small ones compiled
     with PDL=True (plugins_trt/pdl.py: let the next kernel launch, then wait), none with the default order."""
     from atlas.build_engine.step_kernels import record_step_kernels
-    from atlas.plugins_trt.pdl import LAUNCH_FIRST
+    from atlas.plugins_trt.pdl_order import LAUNCH_FIRST
 
     config = ModelConfig.from_dict(built["config"])
     options = RunnerOptions(**{**built["step_kernels"]["options"], "pdl": LAUNCH_FIRST})

@@ -197,15 +197,21 @@ def test_the_search_times_over_weight_copies_beyond_l2():
     """_tune's chain reads each launch's weights from device memory: enough fresh copies that together they pass
     four times the L2 (tools/bench/timing.copies_for, at most 64), each equal to the original and in its own
     storage."""
+    import dataclasses
+
     from atlas.build_engine.quantize.quantizer import quantize
     from atlas.tools.bench.timing import L2_BYTES
 
     qt = quantize(torch.randn(256, 512) * 0.02, "nvfp4")
-    copies = linear_kernels._weight_copies(qt, L2_BYTES // 3)  # the bytes of a weight a third of the L2
-    assert copies[0] is qt and len(copies) == 12
-    assert len(linear_kernels._weight_copies(qt, qt.weight.numel())) == 64  # a small weight: the most copies
+    copies = linear_kernels._weight_copies(qt)
+    assert copies[0] is qt and len(copies) == 64  # a small weight: the most copies
     for c in copies[1:]:
         assert torch.equal(c.weight, qt.weight) and c.weight.data_ptr() != qt.weight.data_ptr()
         assert torch.equal(c.weight_scale, qt.weight_scale) and torch.equal(c.weight_scale_2, qt.weight_scale_2)
-    big = linear_kernels._weight_copies(qt, 5 * L2_BYTES)  # a weight past the floor by itself: no copy
-    assert big == [qt]
+    n, k = 2048, 16384  # about 19 MB of NVFP4 weight and scales: 14 copies pass 4x the L2, 13 do not
+    big = dataclasses.replace(qt, weight=torch.zeros(n, k // 2, dtype=torch.uint8),
+                              weight_scale=torch.zeros(n, k // 16, dtype=qt.weight_scale.dtype),
+                              weight_scale_2=torch.ones(n))
+    nbytes = n * k // 2 + n * k // 16 + n * 4
+    copies = linear_kernels._weight_copies(big)
+    assert len(copies) * nbytes >= 4 * L2_BYTES > (len(copies) - 1) * nbytes and len(copies) == 14

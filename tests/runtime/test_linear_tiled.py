@@ -96,8 +96,7 @@ def ws_engine(tmp_path_factory):
 def streamk_engine(tmp_path_factory):
     """tiny-llama-wide whose GEMV buckets all take a stream-K config (the first that fits each shape)."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(LK, "nvfp4_gemv_candidates", lambda bucket, n, k, most, sm_count=LK.SM_COUNT:
-               streamk_candidates(bucket, n, k, sm_count)[::-1])
+    mp.setattr(LK, "nvfp4_gemv_candidates", lambda bucket, n, k, most: streamk_candidates(bucket, n, k)[::-1])
     try:
         return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("streamk") / "e",
                                  dtype="nvfp4", device="cuda", autotune=False, progress=False))
@@ -111,8 +110,8 @@ def wk_engine(tmp_path_factory):
     usual first candidate."""
     mp = pytest.MonkeyPatch()
     usual = LK.nvfp4_gemv_candidates
-    mp.setattr(LK, "nvfp4_gemv_candidates", lambda bucket, n, k, most, sm_count=LK.SM_COUNT:
-               wk_candidates(bucket, n, k) or usual(bucket, n, k, most, sm_count))
+    mp.setattr(LK, "nvfp4_gemv_candidates", lambda bucket, n, k, most:
+               wk_candidates(bucket, n, k) or usual(bucket, n, k, most))
     try:
         return build(BuildConfig("synthetic:tiny-llama-wide", tmp_path_factory.mktemp("wk") / "e",
                                  dtype="nvfp4", device="cuda", autotune=False, progress=False))
@@ -387,7 +386,7 @@ def test_the_build_searches_no_streamk_config():
     """The build's NVFP4 GEMV search (nvfp4_gemv_candidates) leaves the stream-K configs out (they ran far slower in a
     decode step than alone: linear_kernels.STREAMK_TILES), keeps the split GEMVs and, up to bucket 4, the WK ones."""
     for bucket in (1, 4, 8, 16):
-        cands = LK.nvfp4_gemv_candidates(bucket, 34816, 5120, LK.CANDIDATES_PER_BUCKET, 132)
+        cands = LK.nvfp4_gemv_candidates(bucket, 34816, 5120, LK.CANDIDATES_PER_BUCKET)
         assert cands and not any(c.get("STREAMK") for c in cands), bucket
         assert streamk_candidates(bucket, 34816, 5120, 132)  # the shape has stream-K configs to leave out
         assert any(c.get("WK") for c in cands) == (bucket <= 4)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from atlas.tools.bench_decode import WAIT_FIRST, case_name, summarize
+from atlas.plugins_trt.pdl_order import WAIT_FIRST
+from atlas.tools.bench_decode import case_name, summarize
 
 
 def _run(case, b1_tps, floor):
@@ -27,10 +28,10 @@ def test_summary_keys_and_min_speedup():
 def test_pdl_variants_are_kept_beside_the_default_and_out_of_the_speedups():
     """An A/B run is recorded under its own name ('+no-pdl', '+pdl-launch-first') and takes no part in the
     speedups; the default (wait-first) order is the plain name."""
-    from atlas.plugins_trt.pdl import LAUNCH_FIRST, WAIT_FIRST as PDL_WAIT_FIRST
+    from atlas.plugins_trt.pdl_order import LAUNCH_FIRST
     from atlas.runtime.model_runner import RunnerOptions
 
-    assert WAIT_FIRST == PDL_WAIT_FIRST == RunnerOptions().pdl
+    assert RunnerOptions().pdl == WAIT_FIRST  # the default order is the plain name
     assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST) == "llama-3.1-8b:nvfp4"
     assert case_name("llama-3.1-8b:nvfp4", False) == "llama-3.1-8b:nvfp4+no-pdl"
     assert case_name("llama-3.1-8b:nvfp4", LAUNCH_FIRST) == "llama-3.1-8b:nvfp4+pdl-launch-first"
