@@ -373,7 +373,12 @@ if [ "$what" = session9 ]; then  # the next session's first call (~8 minutes): t
     # between calls so that the next one merges it
     timeout ${S9_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_cuda.py \
         -k "autotuned" 2>&1 | tee "$out/pytest_tuned_build_gpu.log" | tail -8
-    DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S9_DECODE_TIMEOUT:-330} bash "$0" decode
+    # the WK GEMV with SiLU-mul in its epilogue (SILU, written 2026-12-07 eighth session): bit for bit the plain WK
+    # GEMV then silu_mul, and WK engines through CudaLinear
+    timeout ${S9_SILU_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        -k "wk_gemv_silu or wk_engine_linears" 2>&1 | tee "$out/pytest_wk_silu_gpu.log" | tail -8
+    [ -n "${S9_DECODE:-}" ] && DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S9_DECODE_TIMEOUT:-330} \
+        bash "$0" decode
 fi
 if [ "$what" = session8 ]; then  # the next session's first call (~7 minutes): the GDN GPU tests (the decode's gated
     # norm fused across Dv tiles, SPLIT_NORM, written 2026-12-07 sixth session), then the PDL-order A/B on the 8B nvfp4

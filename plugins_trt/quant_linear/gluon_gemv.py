@@ -563,12 +563,41 @@ def _wk_sum(acc, BN: gl.constexpr, MP: gl.constexpr, WK: gl.constexpr, oL: gl.co
 
 
 @gluon.jit
+def _wk_silu_store(acc, pid, M, N, ws2_ptr, out_ptr, stride_om, BN: gl.constexpr, MP: gl.constexpr,
+                   WK: gl.constexpr, NW: gl.constexpr):
+    """SILU's epilogue: acc [WK BN, MP] of the WK groups, virtual rows v % BN < BN / 2 the gate rows pid BN / 2 + j of
+    a [gate | up] projection, the others the matching up rows N / 2 + pid BN / 2 + j (nvfp4_gemv_wk_kernel's row
+    map). Each half summed over the groups in group order and scaled as _store_out does, rounded to the output type,
+    then silu(gate) rounded and times up (activation/triton_silu.silu_mul_kernel's steps, tl.sigmoid's formula):
+    the bits of the plain kernel's [M, N] output then silu_mul, stored to out [M, N / 2]."""
+    HB: gl.constexpr = BN // 2
+    oL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // MP, MP], [NW, 1], [1, 0])
+    red = gl.allocate_shared_memory(gl.float32, [WK * BN, MP], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    red.store(acc)
+    gl.thread_barrier()
+    g = red.slice(0, HB).load(oL)
+    u = red.slice(HB, HB).load(oL)
+    for k in gl.static_range(1, WK):
+        g += red.slice(k * BN, HB).load(oL)
+        u += red.slice(k * BN + HB, HB).load(oL)
+    half = N // 2
+    cn = pid * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, oL))
+    cm = gl.arange(0, MP, layout=gl.SliceLayout(0, oL))
+    dt: gl.constexpr = out_ptr.dtype.element_ty
+    g = (g * (gl.load(ws2_ptr + cn) * 256.0)[:, None]).to(dt).to(gl.float32)
+    u = (u * (gl.load(ws2_ptr + half + cn) * 256.0)[:, None]).to(dt).to(gl.float32)
+    act = (g * (1 / (1 + gl.exp(-g)))).to(dt).to(gl.float32)
+    mask = (cm < M)[None, :] & (cn < half)[:, None]
+    gl.store(out_ptr + cm[None, :] * stride_om + cn[:, None], (act * u).to(dt), mask=mask)
+
+
+@gluon.jit
 def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                          M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                          PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
-                         BITS: gl.constexpr = False, WK: gl.constexpr = 2):
+                         BITS: gl.constexpr = False, WK: gl.constexpr = 2, SILU: gl.constexpr = False):
     """nvfp4_gemv_mma_kernel (same parameters, grid and outputs) with the program's K range dealt over WK groups of
     its warps instead of its rows: group g takes blocks b_lo + g, b_lo + g + WK, ... of the rows pid BLOCK_N ..
     + BLOCK_N, and the groups' accumulators are summed through shared memory at the end. So a layer needs no
@@ -576,7 +605,10 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     needs SPLIT_K 4-8 and a second launch: 0.7-1.6 us of its 7.5-9.3 on the H200, NOTES.md). The mma sees WK BLOCK_N
     virtual rows (BLOCK_N WK == 16 num_warps: one 16-row slab a warp), group g's warps holding the rows' words of
     its blocks; x, the B operand, differs between the groups (_warp_k_group). PRE 2 / 4: the first PRE blocks of
-    every group loaded before the PDL wait."""
+    every group loaded before the PDL wait. SILU: W is a [gate | up] projection [N, K] and out [M, N / 2] (row stride
+    stride_om) gets silu(gate) * up, the bits of the plain launch then activation's silu_mul with one launch and one
+    [M, N] round trip fewer: program pid reads gate rows pid BLOCK_N / 2 .. + BLOCK_N / 2 and the up rows N / 2 past
+    them (_wk_silu_store; no bias or residual)."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(PIPE == 1)
     gl.static_assert(BLOCK_N * WK == 16 * NW)
@@ -595,8 +627,15 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     b_hi = gl.minimum(b_lo + per, nb)
     vw = gl.arange(0, BV, layout=gl.SliceLayout(1, wL))
     vs = gl.arange(0, BV, layout=gl.SliceLayout(1, sL))
-    w_rows, s_rows = _row_ptrs(w_ptr, ws_ptr, gl.minimum(pid * BN + vw % BN, N - 1),
-                               gl.minimum(pid * BN + vs % BN, N - 1), gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
+    if SILU:  # virtual row v: gate row pid BN / 2 + j (j = v % BN below BN / 2), else the up row N / 2 past it
+        gl.static_assert(not (HAS_BIAS or HAS_RESIDUAL) and SPLIT_K == 1)
+        rw = (vw % BN) // (BN // 2) * (N // 2) + pid * (BN // 2) + vw % (BN // 2)
+        rs = (vs % BN) // (BN // 2) * (N // 2) + pid * (BN // 2) + vs % (BN // 2)
+    else:
+        rw = pid * BN + vw % BN
+        rs = pid * BN + vs % BN
+    w_rows, s_rows = _row_ptrs(w_ptr, ws_ptr, gl.minimum(rw, N - 1), gl.minimum(rs, N - 1),
+                               gl.arange(0, KW, layout=gl.SliceLayout(0, wL)),
                                gl.arange(0, KW // 2, layout=gl.SliceLayout(0, sL)), K, stride_wn, stride_sn, BK, TILED)
     g0 = b_lo + _warp_k_group(NW, WK)  # the warp's group's first block (the group of its rows vw // BN)
     if TILED:
@@ -639,8 +678,11 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
         wd = gl.load(w_rows + gl.minimum(g0 + t * WK, nb - 1) * wstep)
         sr = gl.load(s_rows + gl.minimum(g0 + t * WK, nb - 1) * sstep)
         acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
-    oL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // MP, MP], [NW, 1], [1, 0])
-    y = _wk_sum(acc, BN, MP, WK, oL)
-    _store_out(y, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL)),
-               gl.arange(0, MP, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
-               stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+    if SILU:
+        _wk_silu_store(acc, pid, M, N, ws2_ptr, out_ptr, stride_om, BN, MP, WK, NW)
+    else:
+        oL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // MP, MP], [NW, 1], [1, 0])
+        y = _wk_sum(acc, BN, MP, WK, oL)
+        _store_out(y, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL)),
+                   gl.arange(0, MP, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                   stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)

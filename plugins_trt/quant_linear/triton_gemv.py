@@ -847,22 +847,34 @@ GEMV_GRID = ("cdiv(N, BLOCK_N)", "SPLIT_K", "1")
 
 
 def signature_nvfp4_gemv(config: dict, N: int, K: int, has_bias: bool = False,
-                         has_residual: bool = False, pdl: bool = False) -> AotSignature:
+                         has_residual: bool = False, pdl: bool = False, silu: bool = False) -> AotSignature:
     """nvfp4_gemv_kernel for a contiguous [N, K] weight; M stays a run-time argument (1 <= M <= BLOCK_M).
 
     out_ptr is '*bf16' with SPLIT_K == 1, else '*fp32' (the partials; follow with splitk_reduce_kernel).
     pdl: compiled for programmatic dependent launch (the runtime launches it with the attribute).
-    A "TILED" config reads the weight in layout.tile_nvfp4's order (check_tiled says which shapes can)."""
+    A "TILED" config reads the weight in layout.tile_nvfp4's order (check_tiled says which shapes can).
+    silu (a WK config, fuses_silu_gemv): a [gate | up] projection whose kernel writes silu(gate) * up, [M, N / 2]."""
     check_tiled(config, N, K)
+    if silu and not fuses_silu_gemv(config, N):
+        raise ValueError(f"nvfp4 GEMV config {config}: only the WK GEMV of one split fuses SiLU-mul (N = {N}).")
     out = "*bf16" if config["SPLIT_K"] == 1 else "*fp32"
     types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "bias_ptr": "*bf16",
              "res_ptr": "*bf16", "out_ptr": out, "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
              "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32"}
-    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N,
+            "stride_om": N // 2 if silu else N}
     cx = _gemv_constexprs(config, has_bias, has_residual, pdl)
+    if silu:
+        cx["SILU"] = True
     if config.get("GLUON") and not config.get("WK"):  # the Gluon kernel's experiment switches (AOT wants every
         cx = {"TILED": False, "XSMEM": 0, "UNROLL": 1, "PRE": 0, "STAGE": 0, **cx}  # constexpr spelt out)
     return aot_signature(_nvfp4_gemv_fn(config), types, ints, cx, config, GEMV_GRID)
+
+
+def fuses_silu_gemv(config: dict, N: int) -> bool:
+    """Whether this GEMV config's kernel itself can end a [gate | up] projection of N rows in SiLU-mul (SILU of
+    gluon_gemv.nvfp4_gemv_wk_kernel: one split, each program's BLOCK_N / 2 gate rows and their up rows)."""
+    return bool(config.get("WK")) and config["SPLIT_K"] == 1 and N % config["BLOCK_N"] == 0 and N % 2 == 0
 
 
 def _nvfp4_gemv_fn(config: dict):
@@ -977,7 +989,7 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]. pdl: both launched
     with programmatic dependent launch. silu: W is a [gate | up] projection and the result is silu(gate) * up
     [M, N / 2], as the runtime computes it (CudaLinear.fuses_silu, CudaOps.gate_up_silu): in the split-K reduction
-    where the config splits, else the GEMV then silu_mul. norm (residual, weight, eps, offset): the projection
+    where the config splits, in the WK GEMV itself (fuses_silu_gemv), else the GEMV then silu_mul. norm (residual, weight, eps, offset): the projection
     writes into the residual stream and the result is the decoder's add + RMSNorm of it (residual updated in place),
     as the runtime computes it (CudaLinear.fuses_norm): in the split-K reduction where the config splits, else the
     GEMV then the norm kernel. reduce=False: the split-K partials are left in workspace (the caller reduces)."""
@@ -985,7 +997,8 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     split = config["SPLIT_K"]
     if silu:
         _check_silu(N, bias, residual)
-    if silu and split == 1:
+    fused = silu and fuses_silu_gemv(config, N)  # SiLU-mul in the GEMV itself (the WK one)
+    if silu and split == 1 and not fused:
         return _gemv_silu(_run_gemv(kernel, x, tensors, strides, N, K, config, None, None, None, workspace, pdl),
                           out, pdl)
     if norm is not None:
@@ -1008,6 +1021,8 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
                       or not workspace.is_contiguous()):
         raise ValueError(f"split-K workspace must be contiguous f32 [{split}, {M}, {N}].")
     cx = _gemv_constexprs(config, bias is not None and split == 1, residual is not None and split == 1, pdl)
+    if fused:
+        cx["SILU"] = True
     if pdl:
         cx["launch_pdl"] = True
     target = out if split == 1 else workspace

@@ -112,9 +112,16 @@ class CudaLinear:
                      out_ptr=out, M=m, N=n, stride_rm=0, stride_om=n)
 
     def fuses_silu(self, m: int) -> bool:
-        """Whether M = m rows end in a split-K reduction with SiLU-mul fused (a gate_up projection whose plan
-        compiled one for that bucket; build_engine/linear_kernels.py): then self(x, silu=True) = silu(gate) * up."""
-        return self._fuses("reduce_silu", m)
+        """Whether M = m rows end in SiLU-mul fused (a gate_up projection whose plan compiled, for that bucket, a
+        split-K reduction with it or a WK GEMV with it: "kernel_silu"; build_engine/linear_kernels.py): then
+        self(x, silu=True) = silu(gate) * up."""
+        return self._fuses("reduce_silu", m) or self._silu_gemv(m) is not None
+
+    def _silu_gemv(self, m: int) -> str | None:
+        """The bucket's GEMV kernel that itself ends in SiLU-mul (gluon_gemv.nvfp4_gemv_wk_kernel SILU), if any."""
+        if self.fmt != "nvfp4" or m > GEMV_BUCKETS[-1] or self.bias is not None:
+            return None
+        return self.plan[str(bucket_for(m, self.buckets))].get("kernel_silu")
 
     def fuses_norm(self, m: int) -> bool:
         """Whether M = m rows end in a split-K reduction into the residual stream with the decoder's add + RMSNorm
@@ -200,6 +207,8 @@ class CudaLinear:
             part = torch.empty(streamk_partials_shape(entry["config"]), device=x.device, dtype=torch.float32)
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
                          **common)
+        elif silu and self._silu_gemv(m):  # one launch: the WK GEMV writes silu(gate) * up
+            self._launch(entry["kernel_silu"], x_ptr=x, out_ptr=out, **{**common, "stride_om": self.n // 2})
         elif m <= GEMV_BUCKETS[-1]:
             self._launch_split(entry, out, silu=silu, norm=norm, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):

@@ -330,6 +330,11 @@ def test_fused_silu_only_where_the_plan_compiled_it():
     layer = CudaLinear("nvfp4", t, object(), plan)
     assert [layer.fuses_silu(m) for m in (1, 2, 3, 5, 16, 17)] == [True, False, False, True, True, False]
     assert not CudaLinear("nvfp4", t, object(), plan, bias=torch.zeros(128)).fuses_silu(1)
+    wk = {"config": {"WK": 2, "SPLIT_K": 1, "BLOCK_N": 64}, "kernel": "w", "reduce": None, "reduce_silu": None}
+    layer = CudaLinear("nvfp4", t, object(), {**plan, "2": {**wk, "kernel_silu": "ws"}, "4": {**wk, "kernel_silu": None}})
+    assert [layer.fuses_silu(m) for m in (2, 3, 4)] == [True, False, False]  # a WK GEMV compiled with SILU
+    assert not CudaLinear("nvfp4", t, object(), {**plan, "2": {**wk, "kernel_silu": "ws"}},
+                          bias=torch.zeros(128)).fuses_silu(2)
 
     calls = []
 

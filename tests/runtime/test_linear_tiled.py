@@ -142,6 +142,30 @@ def test_wk_engine_plan(wk_engine):
         assert args["x_ptr"] is x and args["M"] == m and tuple(args["out_ptr"].shape) == (m, n)
 
 
+def test_wk_gate_up_fuses_silu(wk_engine):
+    """A gate_up projection's WK bucket also names the WK GEMV compiled with SILU (silu(gate) * up in its epilogue,
+    the same grid); the other projections' none. CudaLinear(x, silu=True) launches it alone into [M, N / 2]."""
+    table = wk_engine.manifest["kernels"]["kernels"]
+    gate_up = {k for k in wk_engine.manifest["linear_kernels"]
+               if int(k.split(":")[1].split("x")[0]) == 2 * wk_engine.manifest["config"]["intermediate_size"]}
+    assert gate_up
+    for key, entry in wk_engine.manifest["linear_kernels"].items():
+        for bucket in ("1", "2", "4"):
+            item = entry[bucket]
+            if key not in gate_up:
+                assert item["kernel_silu"] is None, key
+                continue
+            fused, plain = table[item["kernel_silu"]], table[item["kernel"]]
+            assert fused["constexprs"]["SILU"] is True and not plain["constexprs"].get("SILU"), key
+            assert fused["grid"] == plain["grid"] and fused["constexprs"]["WK"] == item["config"]["WK"]
+        assert entry["8"]["kernel_silu"] is None  # no WK config there
+    for m in (1, 3):
+        item, (n, k), x, calls = _recorded_launches(wk_engine, m, "WK", silu=True)
+        (name, grid, args), = calls
+        assert name == item["kernel_silu"] and grid == (-(-n // item["config"]["BLOCK_N"]), 1, 1)
+        assert tuple(args["out_ptr"].shape) == (m, n // 2) and args["stride_om"] == n // 2 and args["N"] == n
+
+
 def test_tiled_order_only_for_whole_tiles():
     assert is_tiled("nvfp4", 6144, 4096) and is_tiled("nvfp4", 128, 256)
     assert not is_tiled("nvfp4", 192, 4096) and not is_tiled("nvfp4", 4096, 4160) and not is_tiled("fp8", 128, 128)
@@ -269,11 +293,13 @@ def _linear_tensors(result, n: int, k: int) -> dict:
     return {s: stored[f"{prefix}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")}
 
 
-def _recorded_launches(result, m: int, way: str, drop_perm: bool = False, gather_perm: bool = False):
+def _recorded_launches(result, m: int, way: str, drop_perm: bool = False, gather_perm: bool = False,
+                       silu: bool = False):
     """CudaLinear's launches for M rows on the first linear whose plan takes `way` at that M, recorded on the CPU
     against the engine's kernel table: (plan item, the linear's N and K, x, [(kernel, grid, arguments by name)]).
     gather_perm: the plan's permutation kernel takes the parameters of permute_k_kernel, as in engines built before
-    permute_k_words_kernel (its grid then goes unrecorded: None)."""
+    permute_k_words_kernel (its grid then goes unrecorded: None). silu: the first whose item has a GEMV that fuses
+    SiLU-mul, called with silu=True."""
     from atlas.runtime.kernels import KernelTable
     from atlas.runtime.layers.linear_cuda import CudaLinear, bucket_for
 
@@ -294,14 +320,15 @@ def _recorded_launches(result, m: int, way: str, drop_perm: bool = False, gather
             g = None if params(name) is gather else table.grid(name, *args)
             self.calls.append((name, g, dict(zip((p for p, _ in params(name)), args))))
 
-    key, plan = next((k, e) for k, e in m_["linear_kernels"].items() if e[str(bucket_for(m))]["config"].get(way))
+    key, plan = next((k, e) for k, e in m_["linear_kernels"].items() if e[str(bucket_for(m))]["config"].get(way)
+                     and (not silu or e[str(bucket_for(m))].get("kernel_silu")))
     if drop_perm:  # a plan as engines built before permute_k_kernel wrote it
         plan = {b: {n: v for n, v in item.items() if n != "perm"} for b, item in plan.items()}
     n, k = (int(v) for v in key.split(":")[1].split("x"))
     t = _linear_tensors(result, n, k)
     rec = Recorder()
     x = torch.randn(m, k).to(torch.bfloat16)
-    CudaLinear("nvfp4", t, rec, plan)(x)
+    CudaLinear("nvfp4", t, rec, plan)(x, silu=silu)
     return plan[str(bucket_for(m))], (n, k), x, rec.calls
 
 
@@ -663,6 +690,26 @@ def test_wk_gemv_gpu(config):
         err = float((y.float() - ref).norm() / ref.norm())
         assert err < 1e-2, (n, k, err)
         assert torch.equal(y, GV.launch_nvfp4_gemv(x, w, ws, ws2, config, bias=bias, residual=res, pdl=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _WK, ids=_ids(_WK))
+def test_wk_gemv_silu_is_the_plain_way_to_the_bit(config):
+    """The WK GEMV compiled with SILU on a [gate | up] weight (6144 rows: 3072 of each; and 384) gives the plain WK
+    GEMV's output then silu_mul exactly, at a partial and a full bucket, with PDL; nothing written past M."""
+    from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
+
+    for n, k in ((6144, 4096), (384, 2304)):
+        if k % config["BLOCK_K"]:
+            continue
+        g, w, ws, ws2, _ = nvfp4_tiled_weight(n, k, True)
+        for m in sorted({max(1, config["BLOCK_M"] - 1), config["BLOCK_M"]}):
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            want = launch_silu_mul(GV.launch_nvfp4_gemv(x, w, ws, ws2, config, pdl=True))
+            out = torch.full((m + 1, n // 2), float("nan"), device="cuda", dtype=torch.bfloat16)
+            got = GV.launch_nvfp4_gemv(x, w, ws, ws2, config, out=out[:m], pdl=True, silu=True)
+            assert torch.equal(got, want), (n, k, m)
+            assert out[m].isnan().all()
 
 
 _STREAMK = [c for b in (1, 8, 16) for c in streamk_candidates(b, 6144, 4096, 132)]
