@@ -371,12 +371,13 @@ if [ "$what" = session9 ]; then  # the next session's first call (~8 minutes): t
     # DECODE_CASES=llama-3.1-8b:nvfp4,llama-3.1-8b:fp8 and llama-3.1-8b:bfloat16,qwen3.5-27b:bfloat16 (DECODE_PART=atlas
     # on the H100, whose peers are in the file; both on an H200), copying $OUT's results file into tools/results
     # between calls so that the next one merges it
-    timeout ${S9_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_cuda.py \
-        -k "autotuned" 2>&1 | tee "$out/pytest_tuned_build_gpu.log" | tail -8
+    # S9_TUNED=0: not the autotuned-build test (the decode case's build is an autotuned build too)
+    [ "${S9_TUNED:-1}" = 1 ] && timeout ${S9_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/runtime/test_linear_cuda.py -k "autotuned" 2>&1 | tee "$out/pytest_tuned_build_gpu.log" | tail -8
     # the WK GEMV with SiLU-mul in its epilogue (SILU, written 2026-12-07 eighth session): bit for bit the plain WK
     # GEMV then silu_mul, and WK engines through CudaLinear
     timeout ${S9_SILU_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
-        -k "wk_gemv_silu or wk_engine_linears" 2>&1 | tee "$out/pytest_wk_silu_gpu.log" | tail -8
+        -k "${S9_SILU_K:-wk_gemv_silu or wk_engine_linears}" 2>&1 | tee "$out/pytest_wk_silu_gpu.log" | tail -8
     [ -n "${S9_DECODE:-}" ] && DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S9_DECODE_TIMEOUT:-330} \
         bash "$0" decode
 fi
