@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -380,6 +380,26 @@ if [ "$what" = session9 ]; then  # the next session's first call (~8 minutes): t
         -k "${S9_SILU_K:-wk_gemv_silu or wk_engine_linears}" 2>&1 | tee "$out/pytest_wk_silu_gpu.log" | tail -8
     [ -n "${S9_DECODE:-}" ] && DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S9_DECODE_TIMEOUT:-330} \
         bash "$0" decode
+fi
+if [ "$what" = ttftab ]; then  # the quantized engines' TTFT doubled on the H200 (decode.json, 2026-12-07 eighth
+    # session: 8B nvfp4 55 ms, fp8 50, against 26 / 27 on the H100; bf16 28 / 24). Suspect: the 512-row GEMM bucket a
+    # prefill chunk takes since that session. A/B in one run (~7 minutes): TTFTAB_CASES as tuned, then with every
+    # M512 entry of the tuning cache set to the same shape's M2048 choice (the prefill plan before the 512 bucket)
+    cases=${TTFTAB_CASES:-llama-3.1-8b:nvfp4,llama-3.1-8b:fp8}
+    [ -f tools/results/tuning_cache.json ] && cp tools/results/tuning_cache.json "$out/tuning_cache.json"
+    timeout ${TTFTAB_TIMEOUT:-280} python3 -m atlas.tools.bench_decode --out "$out/ttftab_512.json" --cases "$cases" \
+        --part atlas --batch-sizes 1,8 --tuning-cache "$out/tuning_cache.json" 2>&1 | tee "$out/ttftab_512.log" | tail -4
+    python3 - "$out/tuning_cache.json" "$out/tuning_cache_no512.json" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+entries = data["entries"]
+for key in [k for k in entries if k.endswith("|M512") and k[:-4] + "M2048" in entries]:
+    entries[key] = entries[key[:-4] + "M2048"]
+json.dump(data, open(sys.argv[2], "w"), indent=1)
+PY
+    timeout ${TTFTAB_TIMEOUT:-280} python3 -m atlas.tools.bench_decode --out "$out/ttftab_no512.json" --cases "$cases" \
+        --part atlas --batch-sizes 1,8 --tuning-cache "$out/tuning_cache_no512.json" 2>&1 \
+        | tee "$out/ttftab_no512.log" | tail -4
 fi
 if [ "$what" = session8 ]; then  # the next session's first call (~7 minutes): the GDN GPU tests (the decode's gated
     # norm fused across Dv tiles, SPLIT_NORM, written 2026-12-07 sixth session), then the PDL-order A/B on the 8B nvfp4
