@@ -457,7 +457,7 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
         cfg = chosen[(fmt, bucket, n, k)]
         tag = "_".join(f"{v}" for v in cfg.values())
         item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None,
-                "kernel_silu": None, "reduce_norm": None, "quant": None, "perm": None}
+                "kernel_silu": None, "reduce_norm": None, "kernel_norm": None, "quant": None, "perm": None}
         if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
             from atlas.plugins_trt.quant_linear import gluon_streamk
             item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
@@ -469,6 +469,10 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
             if (fmt, n, k) in silu_shapes and gemv.fuses_silu_gemv(cfg, n):  # the WK GEMV ending in SiLU-mul
                 item["kernel_silu"] = add(gemv.signature_nvfp4_gemv(cfg, n, k, pdl=True, silu=True),
                                           f"{fmt}_gemv_silu.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
+            if (fmt, n, k) in norm_shapes and gemv.fuses_norm_gemv(cfg, n):  # ... in the add + RMSNorm
+                offset = int(config.norm_offset)
+                item["kernel_norm"] = add(gemv.signature_nvfp4_gemv_wk_norm(cfg, n, k, offset, pdl=True),
+                                          f"{fmt}_gemv_norm.{n}x{k}.{offset}.{tag}", (n // cfg["BLOCK_N"], 1, 1))
         elif cfg.get("SK"):  # a persistent form (wgmma, or RS): x permuted, the kernel, the reduction
             from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
             if cfg.get("WS"):
@@ -523,7 +527,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
         kn = pads.get((fmt, n, k), n)
         plan[shape_key(fmt, n, k)] = {
             str(b): items[(fmt, b, kn, k)] if kn == n else
-            {**items[(fmt, b, kn, k)], "pad_n": kn, "reduce_silu": None, "kernel_silu": None, "reduce_norm": None}
+            {**items[(fmt, b, kn, k)], "pad_n": kn, "reduce_silu": None, "kernel_silu": None, "reduce_norm": None,
+             "kernel_norm": None}
             for b in GEMV_BUCKETS + GEMM_BUCKETS}
     if tune:
         log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases), len(todo),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -380,6 +380,21 @@ if [ "$what" = session9 ]; then  # the next session's first call (~8 minutes): t
         -k "${S9_SILU_K:-wk_gemv_silu or wk_engine_linears}" 2>&1 | tee "$out/pytest_wk_silu_gpu.log" | tail -8
     [ -n "${S9_DECODE:-}" ] && DECODE_CASES=qwen3.5-27b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S9_DECODE_TIMEOUT:-330} \
         bash "$0" decode
+fi
+if [ "$what" = session10 ]; then  # the next session's first call (~8 minutes): the WK GEMV with the add + RMSNorm
+    # after it (gluon_gemv.nvfp4_gemv_wk_norm_kernel, written 2026-12-07 eighth session, GPU-UNTESTED; every autotuned
+    # nvfp4 build whose residual projections pick a WK config uses it): its GPU tests first, the WK engines, the
+    # autotuned build and the fused-reduction tests; then, only if they pass, the 8B nvfp4 case (its 65 rms_norm
+    # launches, 0.33 ms of the H200 step, should mostly go). Then `ttftab`, and the remaining H200 cases with their
+    # peers (DECODE_PART=hf for the 8B ones, both for the 27B bf16)
+    timeout ${S10_TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        -k "wk_gemv_norm or wk_gemv_silu or wk_engine_linears" 2>&1 | tee "$out/pytest_wk_norm_gpu.log" | tail -8
+    timeout ${S10_TUNED_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_cuda.py \
+        -k "autotuned or fused_norm or fused_silu" 2>&1 | tee "$out/pytest_tuned_build_gpu.log" | tail -8
+    if grep -q " passed" "$out/pytest_wk_norm_gpu.log" && ! grep -q "failed\|error" "$out/pytest_wk_norm_gpu.log" \
+            "$out/pytest_tuned_build_gpu.log"; then
+        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S10_DECODE_TIMEOUT:-200} bash "$0" decode
+    fi
 fi
 if [ "$what" = ttftab ]; then  # the quantized engines' TTFT doubled on the H200 (decode.json, 2026-12-07 eighth
     # session: 8B nvfp4 55 ms, fp8 50, against 26 / 27 on the H100; bf16 28 / 24). Suspect: the 512-row GEMM bucket a

@@ -592,25 +592,12 @@ def _wk_silu_store(acc, pid, M, N, ws2_ptr, out_ptr, stride_om, BN: gl.constexpr
 
 
 @gluon.jit
-def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
-                         M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
-                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
-                         HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
-                         PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
-                         BITS: gl.constexpr = False, WK: gl.constexpr = 2, SILU: gl.constexpr = False):
-    """nvfp4_gemv_mma_kernel (same parameters, grid and outputs) with the program's K range dealt over WK groups of
-    its warps instead of its rows: group g takes blocks b_lo + g, b_lo + g + WK, ... of the rows pid BLOCK_N ..
-    + BLOCK_N, and the groups' accumulators are summed through shared memory at the end. So a layer needs no
-    split-K reduction launch for enough programs (8B qkv: 384 programs of 16 rows at SPLIT_K 1, where the plain form
-    needs SPLIT_K 4-8 and a second launch: 0.7-1.6 us of its 7.5-9.3 on the H200, NOTES.md). The mma sees WK BLOCK_N
-    virtual rows (BLOCK_N WK == 16 num_warps: one 16-row slab a warp), group g's warps holding the rows' words of
-    its blocks; x, the B operand, differs between the groups (_warp_k_group). PRE 2 / 4: the first PRE blocks of
-    every group loaded before the PDL wait. SILU: W is a [gate | up] projection [N, K] and out [M, N / 2] (row stride
-    stride_om) gets silu(gate) * up, the bits of the plain launch then activation's silu_mul with one launch and one
-    [M, N] round trip fewer: program pid reads gate rows pid BLOCK_N / 2 .. + BLOCK_N / 2 and the up rows N / 2 past
-    them (_wk_silu_store; no bias or residual)."""
+def _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr, PDL: gl.constexpr,
+            TILED: gl.constexpr, PRE: gl.constexpr, BITS: gl.constexpr, WK: gl.constexpr, SILU: gl.constexpr):
+    """The WK kernels' main loop: the program's accumulator [WK BLOCK_N, MP] (nvfp4_gemv_wk_kernel says how the
+    rows and the K range are dealt), its groups' sums still apart."""
     NW: gl.constexpr = gl.num_warps()
-    gl.static_assert(PIPE == 1)
     gl.static_assert(BLOCK_N * WK == 16 * NW)
     gl.static_assert(PRE == 0 or PRE == 2 or PRE == 4)
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
@@ -628,7 +615,6 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     vw = gl.arange(0, BV, layout=gl.SliceLayout(1, wL))
     vs = gl.arange(0, BV, layout=gl.SliceLayout(1, sL))
     if SILU:  # virtual row v: gate row pid BN / 2 + j (j = v % BN below BN / 2), else the up row N / 2 past it
-        gl.static_assert(not (HAS_BIAS or HAS_RESIDUAL) and SPLIT_K == 1)
         rw = (vw % BN) // (BN // 2) * (N // 2) + pid * (BN // 2) + vw % (BN // 2)
         rs = (vs % BN) // (BN // 2) * (N // 2) + pid * (BN // 2) + vs % (BN // 2)
     else:
@@ -678,6 +664,35 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
         wd = gl.load(w_rows + gl.minimum(g0 + t * WK, nb - 1) * wstep)
         sr = gl.load(s_rows + gl.minimum(g0 + t * WK, nb - 1) * sstep)
         acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+    return acc
+
+
+@gluon.jit
+def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_ptr,
+                         M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om,
+                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
+                         HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
+                         PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
+                         BITS: gl.constexpr = False, WK: gl.constexpr = 2, SILU: gl.constexpr = False):
+    """nvfp4_gemv_mma_kernel (same parameters, grid and outputs) with the program's K range dealt over WK groups of
+    its warps instead of its rows: group g takes blocks b_lo + g, b_lo + g + WK, ... of the rows pid BLOCK_N ..
+    + BLOCK_N, and the groups' accumulators are summed through shared memory at the end. So a layer needs no
+    split-K reduction launch for enough programs (8B qkv: 384 programs of 16 rows at SPLIT_K 1, where the plain form
+    needs SPLIT_K 4-8 and a second launch: 0.7-1.6 us of its 7.5-9.3 on the H200, NOTES.md). The mma sees WK BLOCK_N
+    virtual rows (BLOCK_N WK == 16 num_warps: one 16-row slab a warp), group g's warps holding the rows' words of
+    its blocks; x, the B operand, differs between the groups (_warp_k_group). PRE 2 / 4: the first PRE blocks of
+    every group loaded before the PDL wait. SILU: W is a [gate | up] projection [N, K] and out [M, N / 2] (row stride
+    stride_om) gets silu(gate) * up, the bits of the plain launch then activation's silu_mul with one launch and one
+    [M, N] round trip fewer: program pid reads gate rows pid BLOCK_N / 2 .. + BLOCK_N / 2 and the up rows N / 2 past
+    them (_wk_silu_store; no bias or residual)."""
+    NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(PIPE == 1)
+    gl.static_assert(not SILU or (not (HAS_BIAS or HAS_RESIDUAL) and SPLIT_K == 1))
+    MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
+    BN: gl.constexpr = BLOCK_N
+    acc = _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
+                  PDL, TILED, PRE, BITS, WK, SILU)
+    pid, pk = gl.program_id(0), gl.program_id(1)
     if SILU:
         _wk_silu_store(acc, pid, M, N, ws2_ptr, out_ptr, stride_om, BN, MP, WK, NW)
     else:
@@ -686,3 +701,66 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
         _store_out(y, pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL)),
                    gl.arange(0, MP, layout=gl.SliceLayout(0, oL)), pk, M, N, ws2_ptr, bias_ptr, res_ptr, out_ptr,
                    stride_rm, stride_om, HAS_BIAS, HAS_RESIDUAL)
+
+
+@gluon.jit
+def _fence():
+    """fence.acq_rel.gpu: this thread's earlier writes are visible GPU-wide before its later ones (and reads)."""
+    gl.inline_asm_elementwise("fence.acq_rel.gpu; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def nvfp4_gemv_wk_norm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, res_ptr, nw_ptr, cnt_ptr, out_ptr,
+                              M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om, eps,
+                              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                              PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
+                              BITS: gl.constexpr = False, WK: gl.constexpr = 2, OFFSET: gl.constexpr = 0):
+    """The WK GEMV of a projection into the residual stream with the decoder's add + RMSNorm after it, in one launch
+    (what splitk_reduce_norm_kernel does for the split GEMVs; a WK GEMV has no reduction launch to put it in). Each
+    program rounds its columns of y = x @ W.T to bf16 as nvfp4_gemv_wk_kernel stores them, adds the residual's and
+    stores the sum, rounded, back into the residual stream (rms_norm_kernel's add_residual: the same bits); then it
+    counts itself in (cnt_ptr, after a fence); the last program normalizes every row of the new residual stream,
+    out[m, :] = h[m, :] rstd (OFFSET + w), and sets the counter back to 0. Its sum of squares runs in another order
+    than rms_norm_kernel's one-program tl.sum, so out may differ from the two launches' in the last bit where rstd
+    does; the residual stream does not.
+
+    res_ptr *bf16 [M, N] (row stride stride_rm), read and written in place; nw_ptr *bf16 [N] the norm's weight;
+    cnt_ptr *i32 [1], zero before the launch and after it; out_ptr *bf16 [M, N] (row stride stride_om); eps fp32.
+    One split (SPLIT_K 1), grid (N / BLOCK_N, 1, 1), N % BLOCK_N == 0."""
+    NW: gl.constexpr = gl.num_warps()
+    MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
+    BN: gl.constexpr = BLOCK_N
+    acc = _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOCK_M, BLOCK_N, BLOCK_K, 1,
+                  PDL, TILED, PRE, BITS, WK, False)
+    pid = gl.program_id(0)
+    oL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // MP, MP], [NW, 1], [1, 0])
+    y = _wk_sum(acc, BN, MP, WK, oL)
+    cn = pid * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, oL))
+    cm = gl.arange(0, MP, layout=gl.SliceLayout(0, oL))
+    mask = (cm < M)[None, :] & (cn < N)[:, None]
+    dt: gl.constexpr = out_ptr.dtype.element_ty
+    y = (y * (gl.load(ws2_ptr + cn) * 256.0)[:, None]).to(dt).to(gl.float32)  # the plain kernel's stored output
+    res = res_ptr + cm[None, :] * stride_rm + cn[:, None]
+    h = (y + gl.load(res, mask=mask, other=0.0).to(gl.float32)).to(res_ptr.dtype.element_ty)
+    gl.store(res, h, mask=mask)
+    _fence()
+    gl.thread_barrier()
+    if gl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") == gl.num_programs(0) - 1:  # every column is in
+        _fence()
+        VEC: gl.constexpr = 8
+        CH: gl.constexpr = VEC * 32 * NW  # columns a pass of the program reads (16 bytes a thread)
+        rL: gl.constexpr = gl.BlockedLayout([VEC], [32], [NW], [0])
+        cols = gl.arange(0, CH, layout=rL)
+        for m in range(M):
+            row = res_ptr + m * stride_rm
+            ss = gl.zeros([CH], gl.float32, layout=rL)
+            for c0 in range(0, N, CH):
+                v = gl.load(row + c0 + cols, mask=c0 + cols < N, other=0.0, cache_modifier=".cg").to(gl.float32)
+                ss += v * v
+            rstd = gl.rsqrt(gl.sum(ss, axis=0) / N + eps)
+            for c0 in range(0, N, CH):
+                cmask = c0 + cols < N
+                v = gl.load(row + c0 + cols, mask=cmask, other=0.0, cache_modifier=".cg").to(gl.float32)
+                w = gl.load(nw_ptr + c0 + cols, mask=cmask, other=0.0).to(gl.float32)
+                gl.store(out_ptr + m * stride_om + c0 + cols, (v * rstd * (OFFSET + w)).to(dt), mask=cmask)
+        gl.store(cnt_ptr, 0)

@@ -32,15 +32,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from atlas.plugins_trt.quant_linear.gluon_gemv import (
-    _block, _gdc_launch_dependents, _gdc_wait, _row_ptrs, _scales, _store_out, _x_operand, _x_unpack, copy_layouts,
-    mma_layouts, x_pairs_layout)
+    _block, _fence, _gdc_launch_dependents, _gdc_wait, _row_ptrs, _scales, _store_out, _x_operand, _x_unpack,
+    copy_layouts, mma_layouts, x_pairs_layout)
 from atlas.runtime.layers.linear_cuda import streamk_partials_shape
-
-
-@gluon.jit
-def _fence():
-    """fence.acq_rel.gpu: this thread's earlier writes are visible GPU-wide before its later ones (and reads)."""
-    gl.inline_asm_elementwise("fence.acq_rel.gpu; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit

@@ -877,6 +877,71 @@ def fuses_silu_gemv(config: dict, N: int) -> bool:
     return bool(config.get("WK")) and config["SPLIT_K"] == 1 and N % config["BLOCK_N"] == 0 and N % 2 == 0
 
 
+def fuses_norm_gemv(config: dict, N: int) -> bool:
+    """Whether this GEMV config has a form that itself ends a residual projection of N rows in the decoder's add +
+    RMSNorm (gluon_gemv.nvfp4_gemv_wk_norm_kernel: the WK GEMV of one split)."""
+    return bool(config.get("WK")) and config["SPLIT_K"] == 1 and N % config["BLOCK_N"] == 0
+
+
+def signature_nvfp4_gemv_wk_norm(config: dict, N: int, K: int, offset: int, pdl: bool = False,
+                                 weight_type: str = "*bf16") -> AotSignature:
+    """gluon_gemv.nvfp4_gemv_wk_norm_kernel for a WK config on a contiguous [N, K] weight (offset 0: x̂·w, 1: x̂·(1 +
+    w); weight_type: the norm weight's pointer type); grid (N / BLOCK_N, 1, 1)."""
+    from atlas.plugins_trt.quant_linear import gluon_gemv
+
+    check_tiled(config, N, K)
+    if not fuses_norm_gemv(config, N):
+        raise ValueError(f"nvfp4 GEMV config {config}: only the WK GEMV of one split fuses the add + RMSNorm "
+                         f"(N = {N}).")
+    types = {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*fp8e4nv", "ws2_ptr": "*fp32", "res_ptr": "*bf16",
+             "nw_ptr": weight_type, "cnt_ptr": "*i32", "out_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+             "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32",
+             "eps": "fp32"}
+    ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
+    cx = {"PDL": pdl, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+          "TILED": bool(config.get("TILED")), "PRE": config.get("PRE", 0), "BITS": bool(config.get("BITS")),
+          "WK": config["WK"], "OFFSET": int(offset)}
+    return aot_signature(gluon_gemv.nvfp4_gemv_wk_norm_kernel, types, ints, cx, config, ("cdiv(N, BLOCK_N)", "1", "1"))
+
+
+def _check_norm(residual: torch.Tensor, weight: torch.Tensor, offset: float, M: int, N: int) -> None:
+    """A fused add + RMSNorm's operands: residual bf16 [M, N] with contiguous rows, weight [N], offset 0 or 1."""
+    if offset not in (0.0, 1.0):
+        raise ValueError(f"offset must be 0 or 1, got {offset}")
+    if (residual.dtype != torch.bfloat16 or tuple(residual.shape) != (M, N) or residual.stride(1) != 1
+            or tuple(weight.shape) != (N,)):
+        raise ValueError(f"residual must be bf16 [{M}, {N}] with contiguous rows and weight [{N}], got "
+                         f"{residual.dtype} {list(residual.shape)} and {list(weight.shape)}.")
+
+
+_NORM_COUNTERS: dict = {}
+"""The fused-norm WK GEMV's counter for JIT launches (tuning, benchmarks, tests), by device: zero between launches."""
+
+
+def _wk_norm(x: torch.Tensor, tensors: tuple, strides: tuple, N: int, K: int, config: dict, norm: tuple,
+             out: torch.Tensor | None, pdl: bool) -> torch.Tensor:
+    """nvfp4_gemv_wk_norm_kernel: x @ W.T into the residual stream, then its RMSNorm, one launch (_run_gemv's norm)."""
+    from atlas.plugins_trt.quant_linear import gluon_gemv
+
+    residual, weight, eps, offset = norm
+    M = x.shape[0]
+    _check_norm(residual, weight, offset, M, N)
+    out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device) if out is None else out
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.stride(1) != 1:
+        raise ValueError(f"out must be bf16 [{M}, {N}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
+    if x.device not in _NORM_COUNTERS:
+        _NORM_COUNTERS[x.device] = torch.zeros(1, dtype=torch.int32, device=x.device)
+    cx = {"PDL": pdl, "TILED": bool(config.get("TILED")), "PRE": config.get("PRE", 0),
+          "BITS": bool(config.get("BITS")), "WK": config["WK"], "OFFSET": int(offset)}
+    if pdl:
+        cx["launch_pdl"] = True
+    gluon_gemv.nvfp4_gemv_wk_norm_kernel[(N // config["BLOCK_N"], 1, 1)](
+        x, *tensors, residual, weight, _NORM_COUNTERS[x.device], out, M, N, K, x.stride(0), *strides,
+        residual.stride(0), out.stride(0), float(eps), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
+        BLOCK_K=config["BLOCK_K"], **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return out
+
+
 def _nvfp4_gemv_fn(config: dict):
     """nvfp4_gemv_kernel, or with "GLUON" its Gluon drop-in (gluon_gemv.nvfp4_gemv_mma_kernel, K % BLOCK_K == 0;
     with "WK" too, gluon_gemv.nvfp4_gemv_wk_kernel)."""
@@ -992,7 +1057,8 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     where the config splits, in the WK GEMV itself (fuses_silu_gemv), else the GEMV then silu_mul. norm (residual, weight, eps, offset): the projection
     writes into the residual stream and the result is the decoder's add + RMSNorm of it (residual updated in place),
     as the runtime computes it (CudaLinear.fuses_norm): in the split-K reduction where the config splits, else the
-    GEMV then the norm kernel. reduce=False: the split-K partials are left in workspace (the caller reduces)."""
+    GEMV then the norm kernel (the WK GEMV: its fused form, fuses_norm_gemv). reduce=False: the split-K partials are
+    left in workspace (the caller reduces)."""
     M = x.shape[0]
     split = config["SPLIT_K"]
     if silu:
@@ -1004,6 +1070,8 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     if norm is not None:
         if residual is not None:
             raise ValueError("norm: the residual is norm's own (residual, weight, eps, offset)")
+        if bias is None and fuses_norm_gemv(config, N):  # the WK GEMV with the norm after it, one launch
+            return _wk_norm(x, tensors, strides, N, K, config, norm, out, pdl)
         if split == 1:
             return _gemv_norm(_run_gemv(kernel, x, tensors, strides, N, K, config, bias, None, None, workspace, pdl),
                               norm, out, pdl)
@@ -1126,12 +1194,7 @@ def launch_splitk_reduce_norm(partials: torch.Tensor, residual: torch.Tensor, we
     """out bf16 [M, N] = rms_norm(residual + (partials.sum(0) (+ bias)) rounded to bf16); residual bf16 [M, N] is
     updated in place (splitk_reduce_norm_kernel); partials fp32 [SPLIT_K, M, N] contiguous; weight [N]."""
     split, M, N = partials.shape
-    if offset not in (0.0, 1.0):
-        raise ValueError(f"offset must be 0 or 1, got {offset}")
-    if (residual.dtype != torch.bfloat16 or tuple(residual.shape) != (M, N) or residual.stride(1) != 1
-            or tuple(weight.shape) != (N,)):
-        raise ValueError(f"residual must be bf16 [{M}, {N}] with contiguous rows and weight [{N}], got "
-                         f"{residual.dtype} {list(residual.shape)} and {list(weight.shape)}.")
+    _check_norm(residual, weight, offset, M, N)
     out = torch.empty(M, N, dtype=torch.bfloat16, device=partials.device) if out is None else out
     config = reduce_norm_config(N)
     cx = {"PDL": True, "launch_pdl": True} if pdl else {}

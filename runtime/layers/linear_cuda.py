@@ -72,6 +72,9 @@ class CudaLinear:
                               f"weight orders; rebuild the engine with this version of atlas-build.")
         self.tiled = tiled == {True}
         # the stream-K GEMV's tile counters (gluon_streamk: zero before its first launch, zero after each), a bucket
+        # the fused-norm WK GEMV's counter (int32 [1], zero before and after each launch; one a layer)
+        self.norm_counter = (torch.zeros(1, dtype=torch.int32, device=self.weight.device)
+                             if any(e.get("kernel_norm") for e in (plan or {}).values()) else None)
         self.counters = {b: torch.zeros(self.n // e["config"]["BLOCK_N"], dtype=torch.int32, device=self.weight.device)
                          for b, e in (plan or {}).items() if e["config"].get("STREAMK")}
         # the permutation kernels that take the block's k order as idx_ptr: permute_k_kernel, which engines built
@@ -115,19 +118,22 @@ class CudaLinear:
         """Whether M = m rows end in SiLU-mul fused (a gate_up projection whose plan compiled, for that bucket, a
         split-K reduction with it or a WK GEMV with it: "kernel_silu"; build_engine/linear_kernels.py): then
         self(x, silu=True) = silu(gate) * up."""
-        return self._fuses("reduce_silu", m) or self._silu_gemv(m) is not None
-
-    def _silu_gemv(self, m: int) -> str | None:
-        """The bucket's GEMV kernel that itself ends in SiLU-mul (gluon_gemv.nvfp4_gemv_wk_kernel SILU), if any."""
-        if self.fmt != "nvfp4" or m > GEMV_BUCKETS[-1] or self.bias is not None:
-            return None
-        return self.plan[str(bucket_for(m, self.buckets))].get("kernel_silu")
+        return self._fuses("reduce_silu", m) or self._fused_gemv("kernel_silu", m) is not None
 
     def fuses_norm(self, m: int) -> bool:
-        """Whether M = m rows end in a split-K reduction into the residual stream with the decoder's add + RMSNorm
-        fused (a residual projection whose plan compiled one for that bucket): then self(x, norm=(residual, weight,
-        eps)) = rms_norm(residual + x @ W.T), residual updated in place (CudaOps.add_rms_norm's result, to the bit)."""
-        return self._fuses("reduce_norm", m)
+        """Whether M = m rows end in the decoder's add + RMSNorm fused (a residual projection whose plan compiled, for
+        that bucket, a split-K reduction into the residual stream with it, or the WK GEMV with it: "kernel_norm"):
+        then self(x, norm=(residual, weight, eps)) = rms_norm(residual + x @ W.T), residual updated in place
+        (CudaOps.add_rms_norm's result: to the bit from the reduction; from the WK form the residual to the bit and
+        the output where its sum of squares rounds alike, gluon_gemv.nvfp4_gemv_wk_norm_kernel)."""
+        return self._fuses("reduce_norm", m) or self._fused_gemv("kernel_norm", m) is not None
+
+    def _fused_gemv(self, kind: str, m: int) -> str | None:
+        """The bucket's GEMV kernel that itself ends in SiLU-mul ("kernel_silu": gluon_gemv.nvfp4_gemv_wk_kernel
+        SILU) or in the add + RMSNorm ("kernel_norm": nvfp4_gemv_wk_norm_kernel), if the plan has one."""
+        if self.fmt != "nvfp4" or m > GEMV_BUCKETS[-1] or self.bias is not None:
+            return None
+        return self.plan[str(bucket_for(m, self.buckets))].get(kind)
 
     def _fuses(self, reduction: str, m: int) -> bool:
         if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
@@ -207,8 +213,12 @@ class CudaLinear:
             part = torch.empty(streamk_partials_shape(entry["config"]), device=x.device, dtype=torch.float32)
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
                          **common)
-        elif silu and self._silu_gemv(m):  # one launch: the WK GEMV writes silu(gate) * up
+        elif silu and self._fused_gemv("kernel_silu", m):  # one launch: the WK GEMV writes silu(gate) * up
             self._launch(entry["kernel_silu"], x_ptr=x, out_ptr=out, **{**common, "stride_om": self.n // 2})
+        elif norm is not None and self._fused_gemv("kernel_norm", m):  # one launch: the WK GEMV, add + RMSNorm
+            residual, weight, eps = norm
+            self._launch(entry["kernel_norm"], x_ptr=x, out_ptr=out, nw_ptr=weight, cnt_ptr=self.norm_counter,
+                         eps=eps, **{**common, "res_ptr": residual, "stride_rm": residual.stride(0)})
         elif m <= GEMV_BUCKETS[-1]:
             self._launch_split(entry, out, silu=silu, norm=norm, x_ptr=x, **common)
         elif self.fmt == "nvfp4" and entry["config"].get("DEQUANT"):

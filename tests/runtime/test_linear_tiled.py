@@ -142,6 +142,56 @@ def test_wk_engine_plan(wk_engine):
         assert args["x_ptr"] is x and args["M"] == m and tuple(args["out_ptr"].shape) == (m, n)
 
 
+def test_wk_residual_projections_fuse_the_norm(wk_engine):
+    """A residual projection's WK bucket (o_proj, down_proj: N = hidden) also names the WK GEMV with the add + RMSNorm
+    after it (nvfp4_gemv_wk_norm_kernel, the engine's norm offset, the same grid); CudaLinear(x, norm=...) launches
+    it alone, on the residual in place, with the layer's counter."""
+    m_ = wk_engine.manifest
+    table = m_["kernels"]["kernels"]
+    hidden = m_["config"]["hidden_size"]
+    seen = 0
+    for key, entry in m_["linear_kernels"].items():
+        n = int(key.split(":")[1].split("x")[0])
+        for bucket in ("1", "2", "4"):
+            item = entry[bucket]
+            if n != hidden:
+                assert item["kernel_norm"] is None, key
+                continue
+            fused = table[item["kernel_norm"]]
+            assert fused["constexprs"]["WK"] == item["config"]["WK"] and fused["constexprs"]["PDL"] is True
+            assert fused["constexprs"]["OFFSET"] == int(m_["config"].get("norm_offset", 0))
+            assert fused["grid"] == [n // item["config"]["BLOCK_N"], 1, 1]
+            seen += 1
+        assert entry["8"]["kernel_norm"] is None  # no WK config there
+    assert seen
+    from atlas.runtime.kernels import KernelTable
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    key = next(k for k, e in m_["linear_kernels"].items() if e["1"]["kernel_norm"])
+    n, k = (int(v) for v in key.split(":")[1].split("x"))
+    calls = []
+
+    kt = KernelTable.load(wk_engine.path, m_["kernels"], arch=90)
+
+    class Recorder:
+        kernels = kt.kernels
+
+        def params(self, name):
+            return kt.params(name)
+
+        def launch(self, name, grid, *args):
+            calls.append((name, dict(zip((p for p, _ in self.params(name)), args))))
+
+    layer = CudaLinear("nvfp4", _linear_tensors(wk_engine, n, k), Recorder(), m_["linear_kernels"][key])
+    assert layer.fuses_norm(1) and layer.fuses_norm(4)
+    x, residual, weight = torch.randn(3, k).to(torch.bfloat16), torch.randn(3, n).to(torch.bfloat16), torch.ones(n)
+    out = layer(x, norm=(residual, weight, 1e-5))
+    (name, args), = calls
+    assert name == m_["linear_kernels"][key]["4"]["kernel_norm"] and args["res_ptr"] is residual
+    assert args["nw_ptr"] is weight and args["cnt_ptr"] is layer.norm_counter and int(layer.norm_counter) == 0
+    assert args["eps"] == 1e-5 and args["out_ptr"] is out and tuple(out.shape) == (3, n) and args["stride_om"] == n
+
+
 def test_wk_gate_up_fuses_silu(wk_engine):
     """A gate_up projection's WK bucket also names the WK GEMV compiled with SILU (silu(gate) * up in its epilogue,
     the same grid); the other projections' none. CudaLinear(x, silu=True) launches it alone into [M, N / 2]."""
@@ -710,6 +760,40 @@ def test_wk_gemv_silu_is_the_plain_way_to_the_bit(config):
             got = GV.launch_nvfp4_gemv(x, w, ws, ws2, config, out=out[:m], pdl=True, silu=True)
             assert torch.equal(got, want), (n, k, m)
             assert out[m].isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _WK, ids=_ids(_WK))
+def test_wk_gemv_norm_is_the_plain_way(config):
+    """The WK GEMV with the decoder's add + RMSNorm after it (nvfp4_gemv_wk_norm_kernel, through launch_nvfp4_gemv's
+    norm) against the plain WK GEMV then rms_norm with the residual, both offsets, at 8B o_proj's shape and a short K,
+    a partial and a full bucket, with PDL: the residual stream to the bit, the output within a bf16 ulp (its sum of
+    squares runs in another order), nothing written past M, the counter back to zero, twice in a row alike."""
+    from atlas.plugins_trt.rms_norm.triton_norm import launch_rms_norm
+
+    for (n, k), offset in zip(((4096, 4096), (384, 2304)), (0.0, 1.0)):
+        if k % config["BLOCK_K"]:
+            continue
+        g, w, ws, ws2, _ = nvfp4_tiled_weight(n, k, True)
+        weight = (torch.rand(n, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+        for m in sorted({max(1, config["BLOCK_M"] - 1), config["BLOCK_M"]}):
+            x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            residual = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+            want_res = residual.clone()
+            want = launch_rms_norm(GV.launch_nvfp4_gemv(x, w, ws, ws2, config, pdl=True), weight, 1e-5, offset,
+                                   residual=want_res, pdl=True)
+            for _ in range(2):
+                got_res = residual.clone()
+                out = torch.full((m + 1, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                got = GV.launch_nvfp4_gemv(x, w, ws, ws2, config, out=out[:m], pdl=True,
+                                           norm=(got_res, weight, 1e-5, offset))
+                torch.cuda.synchronize()
+                assert torch.equal(got_res, want_res), (n, k, m)
+                assert out[m].isnan().all()
+                diff = (got.float() - want.float()).abs()
+                assert float(diff.max()) <= float(want.float().abs().max()) * 2 ** -7, (n, k, m)
+                assert float((diff == 0).float().mean()) > 0.95, (n, k, m)
+                assert int(GV._NORM_COUNTERS[x.device].sum()) == 0
 
 
 _STREAMK = [c for b in (1, 8, 16) for c in streamk_candidates(b, 6144, 4096, 132)]

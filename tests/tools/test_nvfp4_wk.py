@@ -10,21 +10,28 @@ from sm90 import run_compiled
 
 pytest.importorskip("triton.experimental.gluon")
 
-CODE = r"""
+USAGE = r"""
 import os, subprocess, tempfile, triton
+tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+def usage(k):
+    # (registers, stack bytes) a thread of the compiled kernel k, from cuobjdump
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"]); f.flush()
+        res = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    return (next(int(w[4:]) for w in res.split() if w.startswith("REG:")),
+            next(int(w[6:]) for w in res.split() if w.startswith("STACK:")))
+"""
+
+CODE = USAGE + r"""
 from atlas.plugins_trt.quant_linear import triton_gemv as gemv
 from atlas.tools.dev.nvfp4_wk import configs
-tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for m in (1, 16):
     for cfg in configs(m, 6144, 4096):
         k = gemv.compile_aot(gemv.signature_nvfp4_gemv(cfg, 6144, 4096, pdl=True))
         ptx = k.asm["ptx"]
         wait = ptx.index("griddepcontrol.wait")
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(k.asm["cubin"]); f.flush()
-            res = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-        reg = next(int(w[4:]) for w in res.split() if w.startswith("REG:"))
-        stack = next(int(w[6:]) for w in res.split() if w.startswith("STACK:"))
+        reg, stack = usage(k)
         print("CFG", m, cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"], cfg["WK"], cfg["PRE"], reg, stack,
               ptx[:wait].count("ld.global.v4"), ptx.count("ld.global.v4"), ptx.count("mma.sync"),
               ptx.count("%tid.x"), k.metadata.shared)
@@ -45,3 +52,37 @@ def test_wk_gemv_compiles_with_wide_loads_before_the_wait():
         assert mmas == (pre + 1) * (bk // 16) * (2 if m > 8 else 1), (key, mmas)
         assert tid >= 1, key  # the warp's K group read from %tid.x
         assert shared >= bn * wk * (16 if m > 8 else 8) * 4, (key, shared)  # the groups' fp32 sums
+
+
+NORM_CODE = USAGE + r"""
+from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+from atlas.build_engine.linear_kernels import wk_candidates
+for m in (1, 4):
+    for cfg in wk_candidates(m, 4096, 14336):
+        for silu in (False, True):
+            n = 28672 if silu else 4096
+            sig = (gemv.signature_nvfp4_gemv(cfg, n, 4096, pdl=True, silu=True) if silu
+                   else gemv.signature_nvfp4_gemv_wk_norm(cfg, n, 14336, 1, pdl=True))
+            k = gemv.compile_aot(sig)
+            ptx = k.asm["ptx"]
+            reg, stack = usage(k)
+            print("CFG", int(silu), m, cfg["BLOCK_K"], cfg["num_warps"], cfg["WK"], cfg["PRE"], reg, stack,
+                  ptx.count("atom."), ptx.count("fence.acq_rel.gpu"), ptx.count("ld.global.cg"),
+                  ptx[:ptx.index("griddepcontrol.wait")].count("ld.global.v4"))
+"""
+
+
+def test_wk_gemv_fused_forms_compile_without_spills():
+    """The WK GEMV's fused forms for sm_90: SILU (SiLU-mul in the epilogue) and nvfp4_gemv_wk_norm_kernel (the add +
+    RMSNorm after it: one counter atomic between two fences, the last program's two passes over the residual rows
+    read past L1) compile without spills, their PRE weight loads still before the PDL wait."""
+    rows = [line.split()[1:] for line in run_compiled(NORM_CODE).splitlines() if line.startswith("CFG")]
+    assert len(rows) >= 8, rows
+    for silu, m, bk, nw, wk, pre, reg, stack, atoms, fences, cg, v4_before in (map(int, r) for r in rows):
+        key = (silu, m, bk, nw, wk, pre)
+        assert stack == 0 and reg <= 255, key
+        assert v4_before >= pre * (16 * wk * bk // 2 // 16 // (32 * nw)), key
+        if silu:
+            assert atoms == fences == cg == 0, key
+        else:
+            assert atoms == 1 and fences == 2 and cg == 2, key
