@@ -21,6 +21,7 @@ from atlas.build_engine.errors import BuildError, CheckpointError
 from atlas.build_engine.families import family_for
 from atlas.build_engine.convert import Converter
 from atlas.build_engine.precision import FORMATS, PrecisionPlan
+from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS
 from atlas.plugins_trt.pdl_order import WAIT_FIRST
 from atlas.runtime.config import ModelConfig
 from atlas.runtime.engine import FORMAT_NAME, FORMAT_VERSION, MANIFEST, sha256_file
@@ -54,6 +55,8 @@ class BuildConfig:
     pdl: bool | int = WAIT_FIRST
     """--device cuda: the step's small kernels with programmatic dependent launch (RunnerOptions.pdl:
     plugins_trt/pdl_order.WAIT_FIRST, LAUNCH_FIRST, or False for none)."""
+    attn_split_tokens: int = ATTN_SPLIT_TOKENS
+    """--device cuda: the decode attention's shortest split of the context (RunnerOptions.attn_split_tokens)."""
     tuning_cache: Path | None = None
     """--device cuda, autotuned: a JSON file of chosen kernel configurations that this build reuses and adds to
     (build_engine/tuning_cache.py)."""
@@ -72,6 +75,8 @@ class BuildConfig:
             raise BuildError(f"--kv-cache-dtype must be bfloat16 or fp8, got '{self.kv_cache_dtype}'.")
         if not 1 <= self.max_batch <= 128:
             raise BuildError(f"--max-batch must be in 1..128, got {self.max_batch}.")
+        if self.attn_split_tokens < 1:
+            raise BuildError(f"--attn-split-tokens must be positive, got {self.attn_split_tokens}.")
         self.precision(None)  # validate the class overrides now
 
     def precision(self, prequantized: str | None) -> PrecisionPlan:
@@ -196,7 +201,7 @@ def _build(cfg: BuildConfig, out: Path) -> BuildResult:
         from atlas.runtime.model_runner import RunnerOptions
 
         options = RunnerOptions(max_batch=cfg.max_batch, kv_cache_dtype=cfg.kv_cache_dtype, max_seq_len=max_seq_len,
-                                pdl=cfg.pdl)
+                                pdl=cfg.pdl, attn_split_tokens=cfg.attn_split_tokens)
         kernels, linear_kernels, gdn_kernels, step_kernels, target = _compile_kernels(
             config, converter.formats, out, cfg.autotune, options, cfg.tuning_cache)
     has_tokenizer = ckpt.export_tokenizer(out)

@@ -8,6 +8,7 @@ import click
 
 from atlas.build_engine.errors import BuildError
 
+from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS
 from atlas.plugins_trt.pdl_order import LAUNCH_FIRST, WAIT_FIRST
 
 
@@ -71,6 +72,9 @@ def _size(n: int) -> str:
 @click.option("--pdl-launch-first", is_flag=True,
               help="--device cuda: the small kernels let the next one launch, then wait for the kernel before them "
                    "(the default waits first; plugins_trt/pdl.py). An A/B option.")
+@click.option("--attn-split-tokens", type=int, default=ATTN_SPLIT_TOKENS, show_default=True,
+              help="--device cuda: the decode attention's shortest split of the context, in tokens of "
+                   "--max-seq-len (fewer: more programs a sequence, fewer key tiles each).")
 @click.option("--tuning-cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="--device cuda: reuse the kernel configurations in this JSON file and add the ones this build "
                    "times (entries are per GPU, Triton version and kernel source).")
@@ -79,7 +83,7 @@ def _size(n: int) -> str:
 @click.option("--overwrite", is_flag=True, help="Replace an existing engine in the output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_dtype, max_batch, autotune,
-         pdl, pdl_launch_first, tuning_cache, onnx, overwrite, quiet):
+         pdl, pdl_launch_first, attn_split_tokens, tuning_cache, onnx, overwrite, quiet):
     """Build an Atlas engine from CHECKPOINT: a Hugging Face directory, a .gguf file, synthetic:<preset>,
     or a built-in model name. Without CHECKPOINT, the embedded default model is built."""
     from atlas.build_engine.builder import BuildConfig, build
@@ -92,9 +96,9 @@ def main(checkpoint, output, dtype, class_dtypes, max_seq_len, device, kv_cache_
     try:
         result = build(BuildConfig(checkpoint, output, dtype=dtype, class_dtypes=parse_class_dtypes(class_dtypes),
                                    max_seq_len=max_seq_len, device=device, kv_cache_dtype=kv_cache_dtype,
-                                   max_batch=max_batch, autotune=autotune, pdl=pdl, tuning_cache=tuning_cache,
-                                   onnx=onnx, overwrite=overwrite,
-                                   progress=not quiet))
+                                   max_batch=max_batch, autotune=autotune, pdl=pdl,
+                                   attn_split_tokens=attn_split_tokens, tuning_cache=tuning_cache, onnx=onnx,
+                                   overwrite=overwrite, progress=not quiet))
     except BuildError as e:
         raise click.ClickException(str(e)) from None
     m = result.manifest

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from atlas.plugins_trt.attention.triton_decode import default_num_splits
+from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS, default_num_splits
 from atlas.plugins_trt.pdl_order import WAIT_FIRST
 from atlas.runtime.block_manager import BlockManager
 from atlas.runtime.config import GDN, ModelConfig
@@ -50,6 +50,9 @@ class RunnerOptions:
     """The step's small kernels compiled and launched with programmatic dependent launch (plugins_trt/pdl.py):
     WAIT_FIRST (the default: each waits for the kernel before it, then lets the next launch), LAUNCH_FIRST (the
     other way round) or False (plain launches)."""
+    attn_split_tokens: int = ATTN_SPLIT_TOKENS
+    """The decode attention's shortest split of the context, in tokens of max_seq_len (triton_decode.default_num_splits'
+    min_split_tokens): fewer make more splits, so more programs a sequence and fewer key tiles each."""
 
     def __post_init__(self):
         if self.kv_cache_dtype not in ("bfloat16", "fp8"):
@@ -58,6 +61,8 @@ class RunnerOptions:
             raise ValueError(f"max_batch must be in 1..{BATCH_BUCKETS[-1]}, got {self.max_batch}")
         if self.prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be positive, got {self.prefill_chunk}")
+        if self.attn_split_tokens < 1:
+            raise ValueError(f"attn_split_tokens must be positive, got {self.attn_split_tokens}")
 
     @property
     def buckets(self) -> tuple[int, ...]:
@@ -70,11 +75,13 @@ class RunnerOptions:
 
     def num_splits(self, config: ModelConfig, bucket: int) -> int:
         """The decode attention's splits over the context for a batch bucket (fixed in its graph)."""
-        return default_num_splits(bucket, config.num_kv_heads, self.max_seq_len)
+        return default_num_splits(bucket, config.num_kv_heads, self.max_seq_len,
+                                  min_split_tokens=self.attn_split_tokens)
 
     def to_dict(self) -> dict:
         return dict(max_batch=self.max_batch, block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
-                    prefill_chunk=self.prefill_chunk, max_seq_len=self.max_seq_len, pdl=self.pdl)
+                    prefill_chunk=self.prefill_chunk, max_seq_len=self.max_seq_len, pdl=self.pdl,
+                    attn_split_tokens=self.attn_split_tokens)
 
 
 def step_shapes(options: RunnerOptions) -> list[tuple[int, int]]:

@@ -90,6 +90,11 @@ def test_pdl_order_without_pdl(tmp_path):
     assert not (tmp_path / "e").exists()
 
 
+def test_attention_split_not_positive(tmp_path):
+    expect_error(build_cli, ["--attn-split-tokens", "0", "-o", tmp_path / "e"], "--attn-split-tokens", "positive")
+    assert not (tmp_path / "e").exists()
+
+
 def test_corrupt_gguf(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + bytes(range(256)) * 8)

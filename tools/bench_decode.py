@@ -27,6 +27,7 @@ import click
 import torch
 
 from atlas.build_engine.cli import pdl_order
+from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS
 from atlas.plugins_trt.pdl_order import WAIT_FIRST
 
 CASES = ("llama-3.1-8b:bfloat16", "llama-3.1-8b:fp8", "llama-3.1-8b:nvfp4", "qwen3.5-27b:bfloat16",
@@ -40,18 +41,22 @@ SUMMARY = {  # summary key -> (case, batch)
 }
 
 
-def case_name(case: str, pdl: bool | int) -> str:
+def case_name(case: str, pdl: bool | int, attn_split_tokens: int = ATTN_SPLIT_TOKENS) -> str:
     """How a case is recorded: an A/B run without the small kernels' programmatic dependent launch is
-    '<case>+no-pdl', one with their launch-first order (plugins_trt/pdl.py LAUNCH_FIRST) '<case>+pdl-launch-first';
-    both kept beside the default one (WAIT_FIRST) and out of the summary. (Before 2026-12-07's seventh session the
-    default was launch-first, and results files of that time record it under the plain name, "pdl": true.)"""
+    '<case>+no-pdl', one with their launch-first order (plugins_trt/pdl.py LAUNCH_FIRST) '<case>+pdl-launch-first',
+    one with another shortest attention split '<case>+split-<tokens>'; all kept beside the default one (WAIT_FIRST,
+    ATTN_SPLIT_TOKENS) and out of the summary. (Before 2026-12-07's seventh session the default was launch-first, and
+    results files of that time record it under the plain name, "pdl": true.)"""
     if pdl is False:
-        return f"{case}+no-pdl"
-    return case if pdl == WAIT_FIRST else f"{case}+pdl-launch-first"
+        case = f"{case}+no-pdl"
+    elif pdl != WAIT_FIRST:
+        case = f"{case}+pdl-launch-first"
+    return case if attn_split_tokens == ATTN_SPLIT_TOKENS else f"{case}+split-{attn_split_tokens}"
 
 
 def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
-               tuning_cache: Path | None = None, pdl: bool | int = WAIT_FIRST) -> dict:
+               tuning_cache: Path | None = None, pdl: bool | int = WAIT_FIRST,
+               attn_split_tokens: int = ATTN_SPLIT_TOKENS) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.runtime.bench import bench, kernel_profile, profile_text
     from atlas.runtime.cuda_engine import load_cuda_engine
@@ -62,7 +67,8 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     t0 = time.perf_counter()
     built = build(BuildConfig(f"synthetic:{preset}/cuda", out, dtype=dtype, device="cuda", onnx=False,
                               overwrite=True, max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes),
-                              tuning_cache=tuning_cache, pdl=pdl, progress=False))
+                              tuning_cache=tuning_cache, pdl=pdl, attn_split_tokens=attn_split_tokens,
+                              progress=False))
     # the kernel configuration each quantized linear got a bucket (what the figures below ran)
     plan = {key: {b: item["config"] for b, item in entry.items()}
             for key, entry in built.manifest.get("linear_kernels", {}).items()}
@@ -87,7 +93,8 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         runner = None
         gc.collect()
         torch.cuda.empty_cache()
-    return {"case": case_name(case, pdl), "preset": preset, "dtype": dtype, "pdl": pdl, "build_seconds": build_s,
+    return {"case": case_name(case, pdl, attn_split_tokens), "preset": preset, "dtype": dtype, "pdl": pdl,
+            "attn_split_tokens": attn_split_tokens, "build_seconds": build_s,
             "tuning_cache": built.manifest["target"].get("tuning_cache"), "linear_plan": plan, **result}
 
 
@@ -195,10 +202,12 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
               help="atlas-build's --pdl; a --no-pdl case is recorded as '<case>+no-pdl' beside the default one.")
 @click.option("--pdl-launch-first", is_flag=True,
               help="atlas-build's --pdl-launch-first: recorded as '<case>+pdl-launch-first' beside the default one.")
+@click.option("--attn-split-tokens", type=int, default=ATTN_SPLIT_TOKENS, show_default=True,
+              help="atlas-build's --attn-split-tokens: another value is recorded as '<case>+split-<tokens>'.")
 @click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
               help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
 def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, pdl_launch_first,
-         merge_path):
+         attn_split_tokens, merge_path):
     from atlas.tools.bench.timing import device_info
 
     pdl = pdl_order(pdl, pdl_launch_first)
@@ -214,13 +223,13 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
             if earlier.get(key) != result[key]:
                 raise click.ClickException(f"{merge_path} has {key} {earlier.get(key)!r}, this run {result[key]!r}: "
                                            f"results of different runs cannot be merged")
-        ran = {case_name(n, pdl) for n in names}
+        ran = {case_name(n, pdl, attn_split_tokens) for n in names}
         result["atlas"] = [r for r in earlier["atlas"] if r["case"] not in ran or part == "hf"]
         result["hf"] = dict(earlier["hf"])
     for name in names:  # written after every case: a later failure keeps what ran
         if part in ("both", "atlas"):
             result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats, tuning_cache,
-                                                    pdl))
+                                              pdl, attn_split_tokens))
             click.echo(f"{result['atlas'][-1]['case']}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
                                                f" of floor)" for c in result["atlas"][-1]["cases"]))
             result["summary"] = summarize(result["atlas"], result["hf"])

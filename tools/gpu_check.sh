@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -395,6 +395,19 @@ if [ "$what" = session10 ]; then  # the next session's first call (~8 minutes): 
             "$out/pytest_tuned_build_gpu.log"; then
         DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S10_DECODE_TIMEOUT:-200} bash "$0" decode
     fi
+fi
+if [ "$what" = splitab ]; then  # the decode attention's shortest split, A/B on one machine (~4 minutes): SPLITAB_CASES
+    # (default the 8B nvfp4, whose H200 step spent 16.5 us a layer in the attention: 4 splits of ~3 key tiles at batch
+    # 1) as built by default (256 tokens), then with --attn-split-tokens SPLITAB_TOKENS (64: 13 splits, a tile each),
+    # recorded as '<case>+split-64'; atlas only, batch 1 and 8, profiled
+    cases=${SPLITAB_CASES:-llama-3.1-8b:nvfp4}
+    [ -f tools/results/tuning_cache.json ] && cp tools/results/tuning_cache.json "$out/tuning_cache.json"
+    for tokens in 256 ${SPLITAB_TOKENS:-64}; do
+        timeout ${SPLITAB_TIMEOUT:-200} python3 -m atlas.tools.bench_decode --out "$out/splitab.json" \
+            --merge "$out/splitab.json" --cases "$cases" --part atlas --batch-sizes 1,8 \
+            --tuning-cache "$out/tuning_cache.json" --attn-split-tokens "$tokens" 2>&1 \
+            | tee "$out/bench_decode_splitab_$tokens.log" | tail -3
+    done
 fi
 if [ "$what" = ttftab ]; then  # the quantized engines' TTFT doubled on the H200 (decode.json, 2026-12-07 eighth
     # session: 8B nvfp4 55 ms, fp8 50, against 26 / 27 on the H100; bf16 28 / 24). Suspect: the 512-row GEMM bucket a

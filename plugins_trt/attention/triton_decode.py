@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from atlas.plugins_trt.attention.splits import default_num_splits  # noqa: F401 (launch_paged_decode's default)
 from atlas.plugins_trt.attention.triton_common import (KV_TYPES, Q_TYPES, aot_signature, check_cache, check_rows,
                                                        clamped_context, default_block_n, dot_in_fp32, kv_row_offsets,
                                                        load_scales, softmax_step)
@@ -214,16 +215,6 @@ def paged_decode_reduce_kernel(
 
 
 # ---------------------------------------------------------------------------------------------- launcher
-
-def default_num_splits(batch: int, num_kv_heads: int, max_context: int, num_sms: int = 132,
-                       min_split_tokens: int = 256, max_splits: int = 32) -> int:
-    """Splits per sequence: enough (sequence, kv head, split) programs for about two waves over num_sms SMs,
-    but no split shorter than min_split_tokens of max_context (each split costs a partial write and read),
-    between 1 and max_splits."""
-    by_length = triton.cdiv(max(max_context, 1), min_split_tokens)
-    by_occupancy = triton.cdiv(2 * num_sms, max(batch * num_kv_heads, 1))
-    return max(1, min(by_length, by_occupancy, max_splits))
-
 
 def decode_workspace(batch: int, num_q_heads: int, head_dim: int, num_splits: int,
                      device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:

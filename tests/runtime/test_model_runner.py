@@ -21,6 +21,22 @@ def test_buckets_cover_max_batch():
         RunnerOptions(max_batch=BATCH_BUCKETS[-1] + 1)
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         RunnerOptions(kv_cache_dtype="int8")
+    with pytest.raises(ValueError, match="attn_split_tokens"):
+        RunnerOptions(attn_split_tokens=0)
+
+
+def test_attention_splits_follow_the_shortest_split():
+    """RunnerOptions.attn_split_tokens sets the decode attention's splits a bucket (default_num_splits: at most the
+    context over it, at most ~two waves of programs), and travels with the options (the manifest's step_kernels)."""
+    from types import SimpleNamespace
+
+    c = SimpleNamespace(num_kv_heads=8)  # Llama-3.1-8B's; the splits read nothing else of the model
+    o = RunnerOptions(max_seq_len=832)
+    assert o.attn_split_tokens == 256 and [o.num_splits(c, b) for b in (1, 8, 32)] == [4, 4, 2]
+    short = RunnerOptions(max_seq_len=832, attn_split_tokens=64)
+    assert [short.num_splits(c, b) for b in (1, 8, 32)] == [13, 5, 2]
+    assert RunnerOptions(**short.to_dict()) == short
+    assert RunnerOptions(**{k: v for k, v in o.to_dict().items() if k != "attn_split_tokens"}) == o  # older engines
 
 
 def test_step_shapes_list_decode_buckets_then_prefill_chunks():
