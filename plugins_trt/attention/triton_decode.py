@@ -54,6 +54,30 @@ def split_size(ctx, num_splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_l2(k_cache, v_cache, bt_row, lo, hi, kh, HKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    """prefetch.global.L2 of the K and V rows of tokens lo .. hi (kv head kh), every 128-byte line: nothing is held
+    in registers and nothing is read back here, so it is safe before the PDL wait (L2 is coherent: a row the kernel
+    before writes meanwhile is read as written). Tokens past hi in a tile prefetch block 0's rows (kv_row_offsets),
+    which exist. sm_90 PTX (GPU launches only: the interpreter runs no PDL kernel)."""
+    ES: tl.constexpr = k_cache.dtype.element_ty.primitive_bitwidth // 8
+    LINES: tl.constexpr = (D * ES + 127) // 128
+    line = tl.arange(0, LINES) * (128 // ES)
+    for start in range(lo, hi, BLOCK_N):
+        tok = start + tl.arange(0, BLOCK_N)
+        rows = kv_row_offsets(bt_row, tok, tok < hi, kh, HKV, D, BS)[:, None] + line[None, :]
+        _prefetch_lines(k_cache + rows)
+        _prefetch_lines(v_cache + rows)
+
+
+@triton.jit
+def _prefetch_lines(ptrs):
+    """prefetch.global.L2 of the line at each of ptrs (the PTX instruction, one per element)."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs.to(tl.int64)], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
 def paged_decode_kernel(
     q, stride_qb, stride_qh,             # [B, HQ, D] (unit last stride)
     k_cache, v_cache,                    # [num_blocks, BS, HKV, D] contiguous; bf16 / fp16 / fp32 / fp8e4nv
@@ -76,13 +100,17 @@ def paged_decode_kernel(
     ROPE: tl.constexpr = False,     # q is the fused projection's raw q: QK-norm, RoPE, K/V write here (docstring)
     R: tl.constexpr = 0, K_COL: tl.constexpr = 0, QK_NORM: tl.constexpr = False, NORM_OFFSET: tl.constexpr = 0,
 ):
-    pdl_enter(PDL)
     b, kh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G: tl.constexpr = HQ // HKV
+    # the step's inputs (lengths, block tables) are written before the step's first kernel: read before the PDL wait
     ctx = clamped_context(context_lens, b, max_blocks, BS)
     per = split_size(ctx, num_splits, BLOCK_N)
     lo = split * per
     hi = tl.minimum(lo + per, ctx)
+    bt_row = block_tables + b.to(tl.int64) * stride_bt
+    if PDL:  # this split's K / V rows into L2 while the kernel before still runs
+        _prefetch_l2(k_cache, v_cache, bt_row, lo, hi, kh, HKV, D, BS, BLOCK_N)
+    pdl_enter(PDL)
 
     g = tl.arange(0, GP)
     d = tl.arange(0, D)
@@ -114,7 +142,6 @@ def paged_decode_kernel(
                      mask=head_ok[:, None], other=0.0).to(cd)  # qt: [GP, D]
     qk_scale, vs = load_scales(k_scale, v_scale, sm_scale, IS_FP8)
 
-    bt_row = block_tables + b.to(tl.int64) * stride_bt
     m_i = tl.full([GP], float("-inf"), tl.float32)
     l_i = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, D], tl.float32)

@@ -453,6 +453,9 @@ for name, sig in cases.items():
     last = lambda what, i: max((j for j in range(i) if what in lines[j]), default=-1)
     entry["barrier_before_atom"] = all(last("st.global", i) < last("bar.sync", i) for i in atoms)
     entry["cg_loads"] = sum("ld.global.cg" in line for line in lines)
+    wait = next((i for i, line in enumerate(lines) if "griddepcontrol.wait" in line), 0)  # what runs before it
+    entry["before_wait"] = {op: sum(op in line for line in lines[:wait])
+                            for op in ("ld.global", "st.global", "atom.", "prefetch.global.L2")}
     if cuobjdump.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(k.asm["cubin"]); f.flush()
@@ -487,6 +490,11 @@ def test_kernels_compile_for_sm90(tmp_path):
         assert e.get("pdl", name.endswith(".pdl")) == name.endswith(".pdl"), name
         # plugins_trt/pdl.py: the default order lets the next kernel launch, then waits; WAIT_FIRST the other way
         assert e.get("wait_first", ".wait_first" in name) == (".wait_first" in name), name
+        if name.startswith(("decode.", "qwen3.5.decode.")) and name.endswith(".pdl"):
+            # before the PDL wait only the step's inputs (context length, block table) are read and the split's K / V
+            # lines prefetched into L2: nothing the kernel before may still be writing is loaded, nothing is written
+            b = e["before_wait"]
+            assert b["ld.global"] == 2 and b["st.global"] == b["atom."] == 0 and b["prefetch.global.L2"] == 2, (name, b)
         if ".combine" in name:  # the split counter: one acq_rel GPU-scope atomic by one thread after a CTA barrier,
             # the partials read back past L1
             assert len(e["atoms"]) == 1 and e["atoms"][0].startswith("@"), e["atoms"]
