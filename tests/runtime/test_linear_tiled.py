@@ -793,7 +793,7 @@ def test_wk_gemv_norm_is_the_plain_way(config):
                 diff = (got.float() - want.float()).abs()
                 assert float(diff.max()) <= float(want.float().abs().max()) * 2 ** -7, (n, k, m)
                 assert float((diff == 0).float().mean()) > 0.95, (n, k, m)
-                assert int(GV._NORM_COUNTERS[x.device].sum()) == 0
+                assert int(GV._NORM_COUNTERS.get(x.device, torch.zeros(1)).sum()) == 0  # SPLIT_K 2: never made
 
 
 _STREAMK = [c for b in (1, 8, 16) for c in streamk_candidates(b, 6144, 4096, 132)]
