@@ -215,3 +215,32 @@ def test_the_search_times_over_weight_copies_beyond_l2():
     nbytes = n * k // 2 + n * k // 16 + n * 4
     copies = linear_kernels._weight_copies(big)
     assert len(copies) * nbytes >= 4 * L2_BYTES > (len(copies) - 1) * nbytes and len(copies) == 14
+
+
+def test_the_search_skips_a_candidate_wrong_on_its_second_launch(monkeypatch):
+    """_tune checks each candidate on two launches before timing it: one that leaves state behind (a counter not
+    reset: the fused-norm WK GEMV's) and so computes wrong the second time is skipped however fast it runs; a
+    candidate wrong on its first launch or failing to run is skipped too."""
+    from atlas.tools.bench import timing
+
+    ref = torch.ones(2, 4)
+    monkeypatch.setattr(linear_kernels, "_tuning_inputs", lambda *a, **k: (object(), None, ref))
+    monkeypatch.setattr(linear_kernels, "_weight_copies", lambda qt: [qt])
+    launches: dict[str, int] = {}
+
+    def call(fmt, bucket, qt, x, cfg, then=None, norm=None):
+        def run():
+            launches[cfg["id"]] = launches.get(cfg["id"], 0) + 1
+            if cfg["id"] == "fails":
+                raise RuntimeError("out of resources")
+            wrong = cfg["id"] == "wrong" or (cfg["id"] == "stale" and launches[cfg["id"]] > 1)
+            return ref * 0 if wrong else ref
+        run.cfg = cfg
+        return run
+
+    monkeypatch.setattr(linear_kernels, "_candidate_call", call)
+    times = {"stale": 1.0, "wrong": 0.5, "fails": 0.1, "right": 2.0, "slow": 3.0}
+    monkeypatch.setattr(timing, "graph_time", lambda calls, repeats=10: times[calls[0].cfg["id"]])
+    cands = [{"id": i} for i in ("stale", "wrong", "fails", "right", "slow")]
+    assert linear_kernels._tune("nvfp4", 1, 4, 16, cands) == {"id": "right"}
+    assert launches == {"stale": 2, "wrong": 2, "fails": 1, "right": 2, "slow": 2}
