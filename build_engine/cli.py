@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from atlas.build_engine.errors import BuildError
-
 from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS
 from atlas.plugins_trt.pdl_order import LAUNCH_FIRST, WAIT_FIRST
 

@@ -885,8 +885,8 @@ def fuses_norm_gemv(config: dict, N: int) -> bool:
 
 def signature_nvfp4_gemv_wk_norm(config: dict, N: int, K: int, offset: int, pdl: bool = False,
                                  weight_type: str = "*bf16") -> AotSignature:
-    """gluon_gemv.nvfp4_gemv_wk_norm_kernel for a WK config on a contiguous [N, K] weight (offset 0: x̂·w, 1: x̂·(1 +
-    w); weight_type: the norm weight's pointer type); grid (N / BLOCK_N, 1, 1)."""
+    """gluon_gemv.nvfp4_gemv_wk_norm_kernel for a WK config on a contiguous [N, K] weight (offset 0: x̂·w,
+    1: x̂·(1 + w); weight_type: the norm weight's pointer type); grid (N / BLOCK_N, 1, 1)."""
     from atlas.plugins_trt.quant_linear import gluon_gemv
 
     check_tiled(config, N, K)
@@ -898,10 +898,15 @@ def signature_nvfp4_gemv_wk_norm(config: dict, N: int, K: int, offset: int, pdl:
              "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32",
              "eps": "fp32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
-    cx = {"PDL": pdl, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
-          "TILED": bool(config.get("TILED")), "PRE": config.get("PRE", 0), "BITS": bool(config.get("BITS")),
-          "WK": config["WK"], "OFFSET": int(offset)}
-    return aot_signature(gluon_gemv.nvfp4_gemv_wk_norm_kernel, types, ints, cx, config, ("cdiv(N, BLOCK_N)", "1", "1"))
+    return aot_signature(gluon_gemv.nvfp4_gemv_wk_norm_kernel, types, ints, _wk_norm_constexprs(config, offset, pdl),
+                         config, ("cdiv(N, BLOCK_N)", "1", "1"))
+
+
+def _wk_norm_constexprs(config: dict, offset: float, pdl: bool) -> dict:
+    """nvfp4_gemv_wk_norm_kernel's constexprs for a WK config (AOT and JIT alike)."""
+    return {"PDL": pdl, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
+            "TILED": bool(config.get("TILED")), "PRE": config.get("PRE", 0), "BITS": bool(config.get("BITS")),
+            "WK": config["WK"], "OFFSET": int(offset)}
 
 
 def _check_norm(residual: torch.Tensor, weight: torch.Tensor, offset: float, M: int, N: int) -> None:
@@ -912,6 +917,15 @@ def _check_norm(residual: torch.Tensor, weight: torch.Tensor, offset: float, M: 
             or tuple(weight.shape) != (N,)):
         raise ValueError(f"residual must be bf16 [{M}, {N}] with contiguous rows and weight [{N}], got "
                          f"{residual.dtype} {list(residual.shape)} and {list(weight.shape)}.")
+
+
+def _gemv_out(out: torch.Tensor | None, M: int, N: int, device) -> torch.Tensor:
+    """The GEMV's bf16 [M, N] output: the caller's (checked) or a new one."""
+    if out is None:
+        return torch.empty(M, N, dtype=torch.bfloat16, device=device)
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.stride(1) != 1:
+        raise ValueError(f"out must be bf16 [{M}, {N}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
+    return out
 
 
 _NORM_COUNTERS: dict = {}
@@ -926,19 +940,16 @@ def _wk_norm(x: torch.Tensor, tensors: tuple, strides: tuple, N: int, K: int, co
     residual, weight, eps, offset = norm
     M = x.shape[0]
     _check_norm(residual, weight, offset, M, N)
-    out = torch.empty(M, N, dtype=torch.bfloat16, device=x.device) if out is None else out
-    if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.stride(1) != 1:
-        raise ValueError(f"out must be bf16 [{M}, {N}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
+    out = _gemv_out(out, M, N, x.device)
     if x.device not in _NORM_COUNTERS:
         _NORM_COUNTERS[x.device] = torch.zeros(1, dtype=torch.int32, device=x.device)
-    cx = {"PDL": pdl, "TILED": bool(config.get("TILED")), "PRE": config.get("PRE", 0),
-          "BITS": bool(config.get("BITS")), "WK": config["WK"], "OFFSET": int(offset)}
+    cx = _wk_norm_constexprs(config, offset, pdl)
     if pdl:
         cx["launch_pdl"] = True
     gluon_gemv.nvfp4_gemv_wk_norm_kernel[(N // config["BLOCK_N"], 1, 1)](
         x, *tensors, residual, weight, _NORM_COUNTERS[x.device], out, M, N, K, x.stride(0), *strides,
-        residual.stride(0), out.stride(0), float(eps), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-        BLOCK_K=config["BLOCK_K"], **cx, num_warps=config["num_warps"], num_stages=config["num_stages"])
+        residual.stride(0), out.stride(0), float(eps), **cx, num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
     return out
 
 
@@ -1054,11 +1065,11 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
     """Launch a GEMV (and the split-K reduction when SPLIT_K > 1); returns bf16 [M, N]. pdl: both launched
     with programmatic dependent launch. silu: W is a [gate | up] projection and the result is silu(gate) * up
     [M, N / 2], as the runtime computes it (CudaLinear.fuses_silu, CudaOps.gate_up_silu): in the split-K reduction
-    where the config splits, in the WK GEMV itself (fuses_silu_gemv), else the GEMV then silu_mul. norm (residual, weight, eps, offset): the projection
-    writes into the residual stream and the result is the decoder's add + RMSNorm of it (residual updated in place),
-    as the runtime computes it (CudaLinear.fuses_norm): in the split-K reduction where the config splits, else the
-    GEMV then the norm kernel (the WK GEMV: its fused form, fuses_norm_gemv). reduce=False: the split-K partials are
-    left in workspace (the caller reduces)."""
+    where the config splits, in the WK GEMV itself (fuses_silu_gemv), else the GEMV then silu_mul. norm (residual,
+    weight, eps, offset): the projection writes into the residual stream and the result is the decoder's add +
+    RMSNorm of it (residual updated in place), as the runtime computes it (CudaLinear.fuses_norm): in the split-K
+    reduction where the config splits, after the WK GEMV in its launch (fuses_norm_gemv), else the GEMV then the norm
+    kernel. reduce=False: the split-K partials are left in workspace (the caller reduces)."""
     M = x.shape[0]
     split = config["SPLIT_K"]
     if silu:
@@ -1079,10 +1090,7 @@ def _run_gemv(kernel, x, tensors, strides, N, K, config, bias, residual, out, wo
         _run_gemv(kernel, x, tensors, strides, N, K, config, None, None, None, workspace, pdl, reduce=False)
         return launch_splitk_reduce_norm(workspace, *norm, out=out, bias=bias, pdl=pdl)
     width = N // 2 if silu else N
-    if out is None:
-        out = torch.empty(M, width, dtype=torch.bfloat16, device=x.device)
-    if out.dtype != torch.bfloat16 or tuple(out.shape) != (M, width) or out.stride(1) != 1:
-        raise ValueError(f"out must be bf16 [{M}, {width}] with contiguous rows, got {out.dtype} {list(out.shape)}.")
+    out = _gemv_out(out, M, width, x.device)
     if split > 1 and workspace is None:
         workspace = torch.empty(split, M, N, dtype=torch.float32, device=x.device)
     if split > 1 and (workspace.dtype != torch.float32 or tuple(workspace.shape) != (split, M, N)

@@ -72,11 +72,11 @@ class CudaLinear:
                               f"weight orders; rebuild the engine with this version of atlas-build.")
         self.tiled = tiled == {True}
         # the stream-K GEMV's tile counters (gluon_streamk: zero before its first launch, zero after each), a bucket
+        self.counters = {b: torch.zeros(self.n // e["config"]["BLOCK_N"], dtype=torch.int32, device=self.weight.device)
+                         for b, e in (plan or {}).items() if e["config"].get("STREAMK")}
         # the fused-norm WK GEMV's counter (int32 [1], zero before and after each launch; one a layer)
         self.norm_counter = (torch.zeros(1, dtype=torch.int32, device=self.weight.device)
                              if any(e.get("kernel_norm") for e in (plan or {}).values()) else None)
-        self.counters = {b: torch.zeros(self.n // e["config"]["BLOCK_N"], dtype=torch.int32, device=self.weight.device)
-                         for b, e in (plan or {}).items() if e["config"].get("STREAMK")}
         # the permutation kernels that take the block's k order as idx_ptr: permute_k_kernel, which engines built
         # before permute_k_words_kernel carry
         self.gather_perms = {e["perm"] for e in (plan or {}).values()
@@ -128,17 +128,22 @@ class CudaLinear:
         the output where its sum of squares rounds alike, gluon_gemv.nvfp4_gemv_wk_norm_kernel)."""
         return self._fuses("reduce_norm", m) or self._fused_gemv("kernel_norm", m) is not None
 
+    def _gemv_entry(self, m: int) -> dict | None:
+        """The plan item of a quantized GEMV bucket without bias (where the fused forms may be), else None."""
+        if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
+            return None
+        return self.plan[str(bucket_for(m, self.buckets))]
+
     def _fused_gemv(self, kind: str, m: int) -> str | None:
         """The bucket's GEMV kernel that itself ends in SiLU-mul ("kernel_silu": gluon_gemv.nvfp4_gemv_wk_kernel
         SILU) or in the add + RMSNorm ("kernel_norm": nvfp4_gemv_wk_norm_kernel), if the plan has one."""
-        if self.fmt != "nvfp4" or m > GEMV_BUCKETS[-1] or self.bias is not None:
-            return None
-        return self.plan[str(bucket_for(m, self.buckets))].get(kind)
+        entry = self._gemv_entry(m)
+        return entry.get(kind) if entry is not None else None
 
     def _fuses(self, reduction: str, m: int) -> bool:
-        if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
+        entry = self._gemv_entry(m)
+        if entry is None:
             return False
-        entry = self.plan[str(bucket_for(m, self.buckets))]
         cfg = entry["config"]
         return bool(entry.get(reduction)) and cfg.get("SPLIT_K", 1) > 1 and not cfg.get("STREAMK")
 

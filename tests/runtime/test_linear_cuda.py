@@ -331,7 +331,8 @@ def test_fused_silu_only_where_the_plan_compiled_it():
     assert [layer.fuses_silu(m) for m in (1, 2, 3, 5, 16, 17)] == [True, False, False, True, True, False]
     assert not CudaLinear("nvfp4", t, object(), plan, bias=torch.zeros(128)).fuses_silu(1)
     wk = {"config": {"WK": 2, "SPLIT_K": 1, "BLOCK_N": 64}, "kernel": "w", "reduce": None, "reduce_silu": None}
-    layer = CudaLinear("nvfp4", t, object(), {**plan, "2": {**wk, "kernel_silu": "ws"}, "4": {**wk, "kernel_silu": None}})
+    layer = CudaLinear("nvfp4", t, object(),
+                       {**plan, "2": {**wk, "kernel_silu": "ws"}, "4": {**wk, "kernel_silu": None}})
     assert [layer.fuses_silu(m) for m in (2, 3, 4)] == [True, False, False]  # a WK GEMV compiled with SILU
     assert not CudaLinear("nvfp4", t, object(), {**plan, "2": {**wk, "kernel_silu": "ws"}},
                           bias=torch.zeros(128)).fuses_silu(2)
@@ -371,7 +372,8 @@ def test_fused_norm_only_where_the_plan_compiled_it():
     assert not CudaLinear("nvfp4", t, object(), plan, bias=torch.zeros(128)).fuses_norm(1)
     assert not layer.fuses_silu(1)  # each reduction is its own
     wk = {"config": {"WK": 2, "SPLIT_K": 1, "BLOCK_N": 64}, "kernel": "w", "reduce": None, "reduce_norm": None}
-    layer = CudaLinear("nvfp4", t, object(), {**plan, "2": {**wk, "kernel_norm": "wn"}, "4": {**wk, "kernel_norm": None}})
+    layer = CudaLinear("nvfp4", t, object(),
+                       {**plan, "2": {**wk, "kernel_norm": "wn"}, "4": {**wk, "kernel_norm": None}})
     assert [layer.fuses_norm(m) for m in (2, 3, 4)] == [True, False, False]  # a WK GEMV compiled with the norm
     assert not layer.fuses_silu(2) and int(layer.norm_counter) == 0  # its counter, zero
     assert CudaLinear("nvfp4", t, object(), plan).norm_counter is None
