@@ -393,7 +393,8 @@ if [ "$what" = session10 ]; then  # the next session's first call (~8 minutes): 
         -k "autotuned or fused_norm or fused_silu" 2>&1 | tee "$out/pytest_tuned_build_gpu.log" | tail -8
     if grep -q " passed" "$out/pytest_wk_norm_gpu.log" && ! grep -q "failed\|error" "$out/pytest_wk_norm_gpu.log" \
             "$out/pytest_tuned_build_gpu.log"; then
-        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S10_DECODE_TIMEOUT:-200} bash "$0" decode
+        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=${S10_PART:-atlas} DECODE_TIMEOUT=${S10_DECODE_TIMEOUT:-200} \
+            bash "$0" decode
     fi
 fi
 if [ "$what" = splitab ]; then  # the decode attention's shortest split, A/B on one machine (~4 minutes): SPLITAB_CASES
