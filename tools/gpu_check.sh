@@ -32,6 +32,10 @@ for need in "pytest pytest pluggy iniconfig" "gguf gguf"; do
     for w in "$@"; do ls .whl/extra/$w-*.whl; done | xargs -r python3 -m pip install -q --no-index --no-deps \
         --target /tmp/site2 && export PYTHONPATH=$PYTHONPATH:/tmp/site2
 done
+seed_tuning_cache() {  # the committed tuning cache into $out, unless a block before in this call left a newer one
+    [ -f "$out/tuning_cache.json" ] || [ ! -f tools/results/tuning_cache.json ] \
+        || cp tools/results/tuning_cache.json "$out/tuning_cache.json"
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 if [ "$what" = tests ] || [ "$what" = all ]; then
     python3 -m pytest -q -m gpu -p no:cacheprovider tests/build_engine/test_aot_kernels.py \
@@ -335,7 +339,7 @@ if [ "$what" = decode ]; then  # issue 6's decode benchmark, a case or two a cal
     # the committed tuning cache (kernel configurations earlier builds timed) comes back with what this run adds;
     # results merge into the committed file of this GPU: decode.json on the H200 (the issue's file, as gemm.json),
     # decode_h100.json on the H100
-    [ -f tools/results/tuning_cache.json ] && cp tools/results/tuning_cache.json "$out/tuning_cache.json"
+    seed_tuning_cache
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr H h)
     file=decode_$gpu.json; [ "$gpu" = h200 ] && file=decode.json
     timeout ${DECODE_TIMEOUT:-560} python3 -m atlas.tools.bench_decode --out "$out/$file" \
@@ -402,7 +406,7 @@ if [ "$what" = splitab ]; then  # the decode attention's shortest split, A/B on 
     # 1) as built by default (256 tokens), then with --attn-split-tokens SPLITAB_TOKENS (64: 13 splits, a tile each),
     # recorded as '<case>+split-64'; atlas only, batch 1 and 8, profiled
     cases=${SPLITAB_CASES:-llama-3.1-8b:nvfp4}
-    [ -f tools/results/tuning_cache.json ] && cp tools/results/tuning_cache.json "$out/tuning_cache.json"
+    seed_tuning_cache
     for tokens in 256 ${SPLITAB_TOKENS:-64}; do
         timeout ${SPLITAB_TIMEOUT:-200} python3 -m atlas.tools.bench_decode --out "$out/splitab.json" \
             --merge "$out/splitab.json" --cases "$cases" --part atlas --batch-sizes 1,8 \
@@ -415,7 +419,7 @@ if [ "$what" = ttftab ]; then  # the quantized engines' TTFT doubled on the H200
     # prefill chunk takes since that session. A/B in one run (~7 minutes): TTFTAB_CASES as tuned, then with every
     # M512 entry of the tuning cache set to the same shape's M2048 choice (the prefill plan before the 512 bucket)
     cases=${TTFTAB_CASES:-llama-3.1-8b:nvfp4,llama-3.1-8b:fp8}
-    [ -f tools/results/tuning_cache.json ] && cp tools/results/tuning_cache.json "$out/tuning_cache.json"
+    seed_tuning_cache
     timeout ${TTFTAB_TIMEOUT:-280} python3 -m atlas.tools.bench_decode --out "$out/ttftab_512.json" --cases "$cases" \
         --part atlas --batch-sizes 1,8 --tuning-cache "$out/tuning_cache.json" 2>&1 | tee "$out/ttftab_512.log" | tail -4
     python3 - "$out/tuning_cache.json" "$out/tuning_cache_no512.json" <<'PY'
