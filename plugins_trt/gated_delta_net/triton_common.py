@@ -68,18 +68,8 @@ def aot_signature_of(fn, types: dict[str, str], constexprs: dict, num_warps: int
     int parameters (strides, sizes) are never assumed aligned. No grid formula: these grids depend on the
     batch (B sequences, N packed sequences, NT chunks, max_T tokens), which the launcher passes as the grid.
     """
-    import inspect
+    from atlas.plugins_trt.quant_linear.triton_gemv import AotSignature, spelled_signature
 
-    from atlas.plugins_trt.quant_linear.triton_gemv import AotSignature
-
-    names = list(fn.arg_names)
-    # a constexpr with a default that `constexprs` leaves out (e.g. PDL) gets it: AOT spells every constexpr out
-    defaults = {n: p.default for n, p in inspect.signature(getattr(fn, "fn", fn)).parameters.items()
-                if p.default is not inspect.Parameter.empty and n not in types and n not in constexprs}
-    constexprs = {**constexprs, **defaults}
-    missing = [n for n in names if n not in constexprs and n not in types]
-    if missing:
-        raise ValueError(f"{fn.__name__}: no type for parameter(s) {missing}")
-    sig = {n: ("constexpr" if n in constexprs else types[n]) for n in names}
+    names, sig, constexprs = spelled_signature(fn, types, constexprs)
     div = tuple(n for n in names if sig[n].startswith("*") and n not in unaligned)
     return AotSignature(fn, sig, dict(constexprs), div, num_warps, num_stages, None)

@@ -773,11 +773,10 @@ class AotSignature(NamedTuple):
                           maxnreg=self.maxnreg)
 
 
-def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: dict, config: dict,
-                  grid_formula: tuple[str, str, str]) -> AotSignature:
-    """Assemble an AotSignature: types lists the run-time parameters, ints the values fixed at build. A constexpr
-    with a default that `constexprs` leaves out gets the default (AOT spells every constexpr out), so that a new
-    switch such as TILED enters a config's constexprs only where the config sets it."""
+def spelled_signature(fn, types: dict[str, str], constexprs: dict) -> tuple[list[str], dict[str, str], dict]:
+    """(parameter names, name -> Triton type or 'constexpr', every constexpr's value) of kernel fn: a constexpr
+    with a default that `constexprs` leaves out gets the default (AOT spells every constexpr out); a parameter
+    neither typed nor a constexpr is an error."""
     names = list(fn.arg_names)
     # the Python function's defaults (every defaulted parameter of these kernels is a constexpr); .fn under
     # Triton's JIT and its interpreter alike
@@ -787,7 +786,15 @@ def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: d
     missing = [n for n in names if n not in constexprs and n not in types]
     if missing:
         raise ValueError(f"{fn.__name__}: no type for parameter(s) {missing}")
-    sig = {n: ("constexpr" if n in constexprs else types[n]) for n in names}
+    return names, {n: ("constexpr" if n in constexprs else types[n]) for n in names}, constexprs
+
+
+def aot_signature(fn, types: dict[str, str], ints: dict[str, int], constexprs: dict, config: dict,
+                  grid_formula: tuple[str, str, str]) -> AotSignature:
+    """Assemble an AotSignature: types lists the run-time parameters, ints the values fixed at build. A constexpr
+    with a default that `constexprs` leaves out gets the default (AOT spells every constexpr out), so that a new
+    switch such as TILED enters a config's constexprs only where the config sets it."""
+    names, sig, constexprs = spelled_signature(fn, types, constexprs)
     div = tuple(n for n in names if sig[n].startswith("*") or (n in ints and ints[n] % 16 == 0))
     return AotSignature(fn, sig, dict(constexprs), div, config["num_warps"], config["num_stages"], grid_formula,
                         config.get("MAXNREG"))
