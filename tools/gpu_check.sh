@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -401,13 +401,22 @@ if [ "$what" = session10 ]; then  # the next session's first call (~8 minutes): 
             bash "$0" decode
     fi
 fi
+if [ "$what" = session11 ]; then  # one call (~9 minutes) for when a single H200 call is all a session gets: the
+    # fused-norm WK GEMV's GPU tests and the 8B nvfp4 case with its transformers peer (session10 with S10_PART=both:
+    # fused norm + L2-prefetching attention against decode.json's 403.5 tok/s, 48.7%), then the same engine with
+    # 64-token attention splits (splitab without its 256 run: the decode case just ran it, same call, same machine)
+    S10_PART=both S10_TEST_TIMEOUT=150 S10_TUNED_TIMEOUT=120 S10_DECODE_TIMEOUT=${S11_DECODE_TIMEOUT:-270} \
+        bash "$0" session10
+    cat "$out"/bench_decode_h?00.log 2>/dev/null | grep -q "llama-3.1-8b:nvfp4: B1" \
+        && SPLITAB_BASE= SPLITAB_TIMEOUT=${S11_SPLIT_TIMEOUT:-120} bash "$0" splitab
+fi
 if [ "$what" = splitab ]; then  # the decode attention's shortest split, A/B on one machine (~4 minutes): SPLITAB_CASES
     # (default the 8B nvfp4, whose H200 step spent 16.5 us a layer in the attention: 4 splits of ~3 key tiles at batch
     # 1) as built by default (256 tokens), then with --attn-split-tokens SPLITAB_TOKENS (64: 13 splits, a tile each),
     # recorded as '<case>+split-64'; atlas only, batch 1 and 8, profiled
     cases=${SPLITAB_CASES:-llama-3.1-8b:nvfp4}
     seed_tuning_cache
-    for tokens in 256 ${SPLITAB_TOKENS:-64}; do
+    for tokens in ${SPLITAB_BASE-256} ${SPLITAB_TOKENS:-64}; do
         timeout ${SPLITAB_TIMEOUT:-200} python3 -m atlas.tools.bench_decode --out "$out/splitab.json" \
             --merge "$out/splitab.json" --cases "$cases" --part atlas --batch-sizes 1,8 \
             --tuning-cache "$out/tuning_cache.json" --attn-split-tokens "$tokens" 2>&1 \
