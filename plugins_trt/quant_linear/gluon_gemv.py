@@ -714,7 +714,8 @@ def nvfp4_gemv_wk_norm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, res_ptr, nw_ptr, cn
                               M, N, K, stride_xm, stride_wn, stride_sn, stride_rm, stride_om, eps,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
-                              BITS: gl.constexpr = False, WK: gl.constexpr = 2, OFFSET: gl.constexpr = 0):
+                              BITS: gl.constexpr = False, WK: gl.constexpr = 2, OFFSET: gl.constexpr = 0,
+                              NP: gl.constexpr = 0):
     """The WK GEMV of a projection into the residual stream with the decoder's add + RMSNorm after it, in one launch
     (what splitk_reduce_norm_kernel does for the split GEMVs; a WK GEMV has no reduction launch to put it in). Each
     program rounds its columns of y = x @ W.T to bf16 as nvfp4_gemv_wk_kernel stores them, adds the residual's and
@@ -726,7 +727,8 @@ def nvfp4_gemv_wk_norm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, res_ptr, nw_ptr, cn
 
     res_ptr *bf16 [M, N] (row stride stride_rm), read and written in place; nw_ptr *bf16 [N] the norm's weight;
     cnt_ptr *i32 [1], zero before the launch and after it; out_ptr *bf16 [M, N] (row stride stride_om); eps fp32.
-    One split (SPLIT_K 1), grid (N / BLOCK_N, 1, 1), N % BLOCK_N == 0."""
+    One split (SPLIT_K 1), grid (N / BLOCK_N, 1, 1), N % BLOCK_N == 0; NP: the next power of two >= N (the last
+    program holds a whole row in registers)."""
     NW: gl.constexpr = gl.num_warps()
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BN: gl.constexpr = BLOCK_N
@@ -747,20 +749,15 @@ def nvfp4_gemv_wk_norm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, res_ptr, nw_ptr, cn
     gl.thread_barrier()
     if gl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") == gl.num_programs(0) - 1:  # every column is in
         _fence()
-        VEC: gl.constexpr = 8
-        CH: gl.constexpr = VEC * 32 * NW  # columns a pass of the program reads (16 bytes a thread)
+        # a whole row at once (NP columns, up to 16 bytes a thread a repeat): every load of a row in flight together,
+        # one L2 round trip a row instead of one a chunk of a loop
+        VEC: gl.constexpr = max(1, min(8, NP // (32 * NW)))
         rL: gl.constexpr = gl.BlockedLayout([VEC], [32], [NW], [0])
-        cols = gl.arange(0, CH, layout=rL)
+        cols = gl.arange(0, NP, layout=rL)
+        cmask = cols < N
+        w = gl.load(nw_ptr + cols, mask=cmask, other=0.0).to(gl.float32)
         for m in range(M):
-            row = res_ptr + m * stride_rm
-            ss = gl.zeros([CH], gl.float32, layout=rL)
-            for c0 in range(0, N, CH):
-                v = gl.load(row + c0 + cols, mask=c0 + cols < N, other=0.0, cache_modifier=".cg").to(gl.float32)
-                ss += v * v
-            rstd = gl.rsqrt(gl.sum(ss, axis=0) / N + eps)
-            for c0 in range(0, N, CH):
-                cmask = c0 + cols < N
-                v = gl.load(row + c0 + cols, mask=cmask, other=0.0, cache_modifier=".cg").to(gl.float32)
-                w = gl.load(nw_ptr + c0 + cols, mask=cmask, other=0.0).to(gl.float32)
-                gl.store(out_ptr + m * stride_om + c0 + cols, (v * rstd * (OFFSET + w)).to(dt), mask=cmask)
+            v = gl.load(res_ptr + m * stride_rm + cols, mask=cmask, other=0.0, cache_modifier=".cg").to(gl.float32)
+            rstd = gl.rsqrt(gl.sum(v * v, axis=0) / N + eps)
+            gl.store(out_ptr + m * stride_om + cols, (v * rstd * (OFFSET + w)).to(dt), mask=cmask)
         gl.store(cnt_ptr, 0)

@@ -905,15 +905,15 @@ def signature_nvfp4_gemv_wk_norm(config: dict, N: int, K: int, offset: int, pdl:
              "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_rm": "i32", "stride_om": "i32",
              "eps": "fp32"}
     ints = {"N": N, "K": K, "stride_xm": K, "stride_wn": K // 2, "stride_sn": K // 16, "stride_rm": N, "stride_om": N}
-    return aot_signature(gluon_gemv.nvfp4_gemv_wk_norm_kernel, types, ints, _wk_norm_constexprs(config, offset, pdl),
-                         config, ("cdiv(N, BLOCK_N)", "1", "1"))
+    return aot_signature(gluon_gemv.nvfp4_gemv_wk_norm_kernel, types, ints,
+                         _wk_norm_constexprs(config, offset, pdl, N), config, ("cdiv(N, BLOCK_N)", "1", "1"))
 
 
-def _wk_norm_constexprs(config: dict, offset: float, pdl: bool) -> dict:
-    """nvfp4_gemv_wk_norm_kernel's constexprs for a WK config (AOT and JIT alike)."""
+def _wk_norm_constexprs(config: dict, offset: float, pdl: bool, N: int) -> dict:
+    """nvfp4_gemv_wk_norm_kernel's constexprs for a WK config and N rows (AOT and JIT alike)."""
     return {"PDL": pdl, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "TILED": bool(config.get("TILED")), "PRE": config.get("PRE", 0), "BITS": bool(config.get("BITS")),
-            "WK": config["WK"], "OFFSET": int(offset)}
+            "WK": config["WK"], "OFFSET": int(offset), "NP": triton.next_power_of_2(N)}
 
 
 def _check_norm(residual: torch.Tensor, weight: torch.Tensor, offset: float, M: int, N: int) -> None:
@@ -950,7 +950,7 @@ def _wk_norm(x: torch.Tensor, tensors: tuple, strides: tuple, N: int, K: int, co
     out = _gemv_out(out, M, N, x.device)
     if x.device not in _NORM_COUNTERS:
         _NORM_COUNTERS[x.device] = torch.zeros(1, dtype=torch.int32, device=x.device)
-    cx = _wk_norm_constexprs(config, offset, pdl)
+    cx = _wk_norm_constexprs(config, offset, pdl, N)
     if pdl:
         cx["launch_pdl"] = True
     gluon_gemv.nvfp4_gemv_wk_norm_kernel[(N // config["BLOCK_N"], 1, 1)](
