@@ -407,7 +407,7 @@ if [ "$what" = session11 ]; then  # one call (~9 minutes) for when a single H200
     # 64-token attention splits (splitab without its 256 run: the decode case just ran it, same call, same machine)
     # timeouts add up to 590 s (the decode case with its peer needs most of its 300: a fresh tuning of ~80 s, then
     # transformers' 3 x 256 tokens); the split run gets what is left of a 600 s call
-    S10_PART=both S10_TEST_TIMEOUT=120 S10_TUNED_TIMEOUT=90 S10_DECODE_TIMEOUT=${S11_DECODE_TIMEOUT:-300} \
+    S10_PART=${S10_PART:-both} S10_TEST_TIMEOUT=120 S10_TUNED_TIMEOUT=90 S10_DECODE_TIMEOUT=${S11_DECODE_TIMEOUT:-300} \
         bash "$0" session10
     cat "$out"/bench_decode_h?00.log 2>/dev/null | grep -q "llama-3.1-8b:nvfp4: B1" \
         && SPLITAB_BASE= SPLITAB_TIMEOUT=${S11_SPLIT_TIMEOUT:-80} bash "$0" splitab
