@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS, default_num_splits
+from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS, LEGACY_ATTN_SPLIT_TOKENS, default_num_splits
 from atlas.plugins_trt.pdl_order import WAIT_FIRST
 from atlas.runtime.block_manager import BlockManager
 from atlas.runtime.config import GDN, ModelConfig
@@ -78,6 +78,12 @@ class RunnerOptions:
         return default_num_splits(bucket, config.num_kv_heads, self.max_seq_len,
                                   min_split_tokens=self.attn_split_tokens)
 
+    @classmethod
+    def from_manifest(cls, options: dict) -> "RunnerOptions":
+        """An engine's stored options; one built before attn_split_tokens existed decodes with the splits it was built
+        for (LEGACY_ATTN_SPLIT_TOKENS), not today's default."""
+        return cls(**{"attn_split_tokens": LEGACY_ATTN_SPLIT_TOKENS, **options})
+
     def to_dict(self) -> dict:
         return dict(max_batch=self.max_batch, block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
                     prefill_chunk=self.prefill_chunk, max_seq_len=self.max_seq_len, pdl=self.pdl,
@@ -116,7 +122,7 @@ class ModelRunner:
         memory_fraction of the free GPU memory holds once the weights are loaded)."""
         c = engine.config
         self.c = c
-        self.options = options or RunnerOptions(**engine.runtime_options)
+        self.options = options or RunnerOptions.from_manifest(engine.runtime_options)
         self.engine = engine
         self.ops = CudaOps(c, engine.aot, pdl=self.options.pdl, max_batch=self.options.buckets[-1])
         self.model = PagedModel(c, engine.weights, ops=self.ops, linear=engine.linear)

@@ -46,7 +46,8 @@ def case_name(case: str, pdl: bool | int, attn_split_tokens: int = ATTN_SPLIT_TO
     '<case>+no-pdl', one with their launch-first order (plugins_trt/pdl.py LAUNCH_FIRST) '<case>+pdl-launch-first',
     one with another shortest attention split '<case>+split-<tokens>'; all kept beside the default one (WAIT_FIRST,
     ATTN_SPLIT_TOKENS) and out of the summary. (Before 2026-12-07's seventh session the default was launch-first, and
-    results files of that time record it under the plain name, "pdl": true.)"""
+    results files of that time record it under the plain name, "pdl": true; before the tenth session the default split
+was 256 tokens: entries of that time record "attn_split_tokens": 256 or, older still, nothing.)"""
     if pdl is False:
         case = f"{case}+no-pdl"
     elif pdl != WAIT_FIRST:

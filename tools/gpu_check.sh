@@ -414,11 +414,11 @@ if [ "$what" = session11 ]; then  # one call (~9 minutes) for when a single H200
 fi
 if [ "$what" = splitab ]; then  # the decode attention's shortest split, A/B on one machine (~4 minutes): SPLITAB_CASES
     # (default the 8B nvfp4, whose H200 step spent 16.5 us a layer in the attention: 4 splits of ~3 key tiles at batch
-    # 1) as built by default (256 tokens), then with --attn-split-tokens SPLITAB_TOKENS (64: 13 splits, a tile each),
-    # recorded as '<case>+split-64'; atlas only, batch 1 and 8, profiled
+    # 1) as built by default (64 tokens since the tenth session: 13 splits, a tile each), then with --attn-split-tokens
+    # SPLITAB_TOKENS (256, the default before: 4 splits), recorded as '<case>+split-256'; atlas only, batch 1 and 8
     cases=${SPLITAB_CASES:-llama-3.1-8b:nvfp4}
     seed_tuning_cache
-    for tokens in ${SPLITAB_BASE-256} ${SPLITAB_TOKENS:-64}; do
+    for tokens in ${SPLITAB_BASE-64} ${SPLITAB_TOKENS:-256}; do
         timeout ${SPLITAB_TIMEOUT:-200} python3 -m atlas.tools.bench_decode --out "$out/splitab.json" \
             --merge "$out/splitab.json" --cases "$cases" --part atlas --batch-sizes 1,8 \
             --tuning-cache "$out/tuning_cache.json" --attn-split-tokens "$tokens" 2>&1 \
