@@ -35,8 +35,8 @@ def test_pdl_variants_are_kept_beside_the_default_and_out_of_the_speedups():
     assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST) == "llama-3.1-8b:nvfp4"
     assert case_name("llama-3.1-8b:nvfp4", False) == "llama-3.1-8b:nvfp4+no-pdl"
     assert case_name("llama-3.1-8b:nvfp4", LAUNCH_FIRST) == "llama-3.1-8b:nvfp4+pdl-launch-first"
-    assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST, 64) == "llama-3.1-8b:nvfp4+split-64"
-    assert case_name("llama-3.1-8b:nvfp4", LAUNCH_FIRST, 64) == "llama-3.1-8b:nvfp4+pdl-launch-first+split-64"
+    assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST, 256) == "llama-3.1-8b:nvfp4+split-256"
+    assert case_name("llama-3.1-8b:nvfp4", LAUNCH_FIRST, 256) == "llama-3.1-8b:nvfp4+pdl-launch-first+split-256"
     assert case_name("llama-3.1-8b:nvfp4", WAIT_FIRST, RunnerOptions().attn_split_tokens) == "llama-3.1-8b:nvfp4"
     default = {**_run("llama-3.1-8b:nvfp4", 300.0, 0.6), "pdl": WAIT_FIRST}
     variant = {**_run(case_name("llama-3.1-8b:nvfp4", LAUNCH_FIRST), 100.0, 0.2), "pdl": LAUNCH_FIRST}
