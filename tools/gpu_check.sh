@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -342,10 +342,25 @@ if [ "$what" = decode ]; then  # issue 6's decode benchmark, a case or two a cal
     seed_tuning_cache
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr H h)
     file=decode_$gpu.json; [ "$gpu" = h200 ] && file=decode.json
+    # a decode block earlier in the same call left its results in $out: merge into those, not the committed file
+    merge=tools/results/$file; [ -f "$out/$file" ] && merge=$out/$file
     timeout ${DECODE_TIMEOUT:-560} python3 -m atlas.tools.bench_decode --out "$out/$file" \
         --cases "${DECODE_CASES:-llama-3.1-8b:bfloat16}" --part "${DECODE_PART:-both}" \
         --tuning-cache "$out/tuning_cache.json" ${DECODE_FLAGS:-} \
-        --merge "tools/results/$file" 2>&1 | tee "$out/bench_decode_$gpu.log" | tail -30
+        --merge "$merge" 2>&1 | tee -a "$out/bench_decode_$gpu.log" | tail -30
+fi
+if [ "$what" = session12 ]; then  # one H200 call (~9 minutes) for issue 6's missing H200 figures: the 8B nvfp4
+    # case with its transformers peer (fused norm, L2-prefetching attention, 64-token splits: H100 336 -> 388 tok/s;
+    # decode.json's H200 entry is 403.5, 48.7%, goal 55%), then the 27B bf16 hybrid with its transformers + fla peer
+    # (no H200 entry yet). On an H100 (its peers are in decode_h100.json): the 27B nvfp4 and the 8B nvfp4, atlas only
+    if nvidia-smi -L | grep -q H200; then
+        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=both DECODE_TIMEOUT=${S12_8B_TIMEOUT:-250} bash "$0" decode
+        DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=${S12_27B_PART:-both} DECODE_TIMEOUT=${S12_27B_TIMEOUT:-320} \
+            bash "$0" decode
+    else
+        DECODE_CASES=qwen3.5-27b:nvfp4,llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S12_TIMEOUT:-540} \
+            bash "$0" decode
+    fi
 fi
 if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels, GDN ops, runner, bench)
     DECODEOPS_TIMEOUT=80 bash "$0" decodeops
