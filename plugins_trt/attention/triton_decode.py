@@ -178,10 +178,13 @@ def paged_decode_kernel(
             tl.debug_barrier()  # every thread's partials are written before the count
             count = counters + b.to(tl.int64) * HKV + kh
             if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
-                o = _combine(part_o, part_lse, (b.to(tl.int64) * HQ + head) * num_splits, head_ok, ctx, num_splits,
-                             D, GP, BLOCK_N, ".cg")
-                _gated_store(o, gate, stride_gb, stride_gh, out, stride_ob, stride_oh, b, head, head_ok, D,
-                             HAS_GATE)
+                # the G query heads in GR rows (not GP: no dot here), so more splits' rows fit in flight
+                GR: tl.constexpr = 1 if G == 1 else (2 if G == 2 else (4 if G <= 4 else (8 if G <= 8 else GP)))
+                hc = kh * G + tl.arange(0, GR)
+                hc_ok = tl.arange(0, GR) < G
+                oc = _combine(part_o, part_lse, (b.to(tl.int64) * HQ + hc) * num_splits, hc_ok, ctx, num_splits,
+                             D, GR, BLOCK_N, ".cg")
+                _gated_store(oc, gate, stride_gb, stride_gh, out, stride_ob, stride_oh, b, hc, hc_ok, D, HAS_GATE)
                 tl.store(count, 0)
 
 
@@ -189,24 +192,31 @@ def paged_decode_kernel(
 def _combine(part_o, part_lse, base, row_ok, ctx, num_splits, D: tl.constexpr, R: tl.constexpr,
              BLOCK_N: tl.constexpr, CACHE: tl.constexpr):
     """The rows' (query heads') outputs from their non-empty splits' partials: rows base[r] * D .. of part_o and
-    base[r] .. of part_lse, a split apart (base: [R]); fp32 [R, D]. Per row the operations of a scalar combine,
-    in split order (paged_decode_reduce_kernel's bits)."""
+    base[r] .. of part_lse, a split apart (base: [R]); fp32 [R, D]. Two passes: the largest lse, then
+    sum_s o_s 2^(lse_s - max) / sum_s 2^(lse_s - max), each in split order with elementwise operations only, so every
+    caller (whatever its rows, warps and layouts) gets the same bits. Each pass reads SC splits at once (unrolled,
+    no load waits for another's use): one L2 round trip for up to SC splits, not one a split."""
+    SC: tl.constexpr = max(1, min(16, 8192 // (R * D)))  # o rows in flight: at most 64 fp32 registers a thread
     d = tl.arange(0, D)
     n = tl.cdiv(ctx, split_size(ctx, num_splits, BLOCK_N))  # non-empty splits: each has a finite lse
     m = tl.full([R], float("-inf"), tl.float32)
-    total = tl.zeros([R], tl.float32)
+    for c in range(0, n, 32):  # lse alone: 32 splits in flight (default_num_splits' most)
+        for i in tl.static_range(32):
+            m = tl.maximum(m, tl.load(part_lse + base + c + i, mask=row_ok & (c + i < n), other=float("-inf"),
+                                      cache_modifier=CACHE))
+    m = tl.where(row_ok & (n > 0), m, 0.0)  # rows not combined: no -inf - -inf below
+    total = tl.zeros([R, 1], tl.float32)
     acc = tl.zeros([R, D], tl.float32)
-    for s in range(n):
-        lse = tl.load(part_lse + base + s, mask=row_ok, other=0.0, cache_modifier=CACHE)
-        o = tl.load(part_o + (base + s)[:, None] * D + d[None, :], mask=row_ok[:, None], other=0.0,
-                    cache_modifier=CACHE)
-        m_new = tl.maximum(m, lse)
-        alpha = tl.exp2(m - m_new)
-        w = tl.exp2(lse - m_new)
-        acc = acc * alpha[:, None] + o * w[:, None]
-        total = total * alpha + w
-        m = m_new
-    return acc / tl.where(total > 0, total, 1.0)[:, None]
+    for c in range(0, n, SC):
+        for i in tl.static_range(SC):
+            ok = (row_ok & (c + i < n))[:, None]
+            # [R, 1], not [R]: loaded in o's row layout, so no layout conversion (a CTA barrier) waits for it
+            lse = tl.load(part_lse + (base + c + i)[:, None], mask=ok, other=float("-inf"), cache_modifier=CACHE)
+            o = tl.load(part_o + (base + c + i)[:, None] * D + d[None, :], mask=ok, other=0.0, cache_modifier=CACHE)
+            w = tl.exp2(lse - m[:, None])  # 0 where the split is past n
+            acc += o * w
+            total += w
+    return acc / tl.where(total > 0, total, 1.0)
 
 
 @triton.jit

@@ -331,11 +331,14 @@ def test_decode_padding_rows_are_zero(splits):
 
 
 def test_default_num_splits():
-    """Few long sequences split (up to 32 ways, no split under 256 tokens); a full batch does not."""
+    """Few long sequences split (up to 32 ways, no split under 64 tokens, about two waves of programs); a full batch
+    does not."""
     assert default_num_splits(1, 8, 8192) == 32
-    assert default_num_splits(2, 8, 2048) == 8  # 2048 / 256
+    assert default_num_splits(1, 8, 768) == 12  # 768 / 64
+    assert default_num_splits(2, 8, 2048) == 17  # two waves of 132 SMs over 16 (sequence, kv head) pairs
+    assert default_num_splits(2, 8, 2048, min_split_tokens=256) == 8  # 2048 / 256
     assert default_num_splits(64, 8, 8192) == 1  # 512 programs already fill 132 SMs
-    assert default_num_splits(4, 1, 100) == 1
+    assert default_num_splits(4, 1, 100) == 2 and default_num_splits(4, 1, 64) == 1  # no split under 64 tokens
 
 
 # ------------------------------------------------------------------------------------------- prefill / verify
