@@ -161,32 +161,21 @@ def trace_kernels(trace: dict) -> list[tuple[str, float, float, list | None]]:
     return out
 
 
-def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: int = 0) -> dict:
-    """Where a decode step's time goes: `steps` pipelined decode steps of `batch` sequences after a prompt_len
-    prefill, under torch.profiler (CUDA activities only: the kernels inside the graph replays, and the copies),
-    summed a step by kernel_table, by kernel and (from the profiler's Chrome trace, where it has them) by kernel and
-    grid. The profiler's own cost shows in step_us, not in the kernels' times. A profiler that fails gives
-    {"error": ...} (the caller's bench figures stand)."""
+def _profiled(run) -> tuple[list[tuple], float]:
+    """run() under torch.profiler (CUDA activities only): its GPU activities (name, start us, end us[, grid]) and
+    its wall seconds (synchronized)."""
     import json
     import tempfile
 
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    ids, tokens = _prefill(runner, _prompts(runner, batch, prompt_len, steps + 2, seed))
-    try:
-        _decode(runner, ids, tokens, 2)  # warm-up: the profile sees continuing steps only
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        run()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            t0 = time.perf_counter()
-            _decode(runner, ids, None, steps)
-            torch.cuda.synchronize()
-            wall = time.perf_counter() - t0
-    except RuntimeError as e:
-        return {"batch": batch, "prompt_len": prompt_len, "error": f"{type(e).__name__}: {e}"}
-    finally:
-        for s in ids:
-            runner.free(s)
+        wall = time.perf_counter() - t0
     try:  # the activities with their grids, from the Chrome trace
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             prof.export_chrome_trace(f.name)
@@ -196,7 +185,50 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
     if not events:  # a trace without them: the profiler's events (no grids, so no by_grid)
         events = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
                   if e.device_type == DeviceType.CUDA]
+    return events, wall
+
+
+def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: int = 0) -> dict:
+    """Where a decode step's time goes: `steps` pipelined decode steps of `batch` sequences after a prompt_len
+    prefill, under torch.profiler (CUDA activities only: the kernels inside the graph replays, and the copies),
+    summed a step by kernel_table, by kernel and (from the profiler's Chrome trace, where it has them) by kernel and
+    grid. The profiler's own cost shows in step_us, not in the kernels' times. A profiler that fails gives
+    {"error": ...} (the caller's bench figures stand)."""
+    ids, tokens = _prefill(runner, _prompts(runner, batch, prompt_len, steps + 2, seed))
+    try:
+        _decode(runner, ids, tokens, 2)  # warm-up: the profile sees continuing steps only
+        events, wall = _profiled(lambda: _decode(runner, ids, None, steps))
+    except RuntimeError as e:
+        return {"batch": batch, "prompt_len": prompt_len, "error": f"{type(e).__name__}: {e}"}
+    finally:
+        for s in ids:
+            runner.free(s)
     return {"batch": batch, "prompt_len": prompt_len, **kernel_table(events, steps, wall)}
+
+
+def prefill_profile(runner, prompt_len: int, repeats: int = 5, seed: int = 0) -> dict:
+    """Where a batch-1 prefill's time (the TTFT) goes: `repeats` plain timings of one prompt_len prefill (their
+    spread: "ttft_ms"), then one more under the profiler, by kernel_table with the whole prefill as its one step.
+    Prefill chunks run eagerly (no graph; a host sync a chunk), so idle_fraction is the share of the TTFT the GPU
+    waited for the host's launches. A profiler that fails gives {"error": ...}."""
+    ttft = []
+    for r in range(repeats + 1):
+        prompts = _prompts(runner, 1, prompt_len, 2, seed + r)
+        if r == repeats:
+            try:
+                events, wall = _profiled(lambda: _prefill(runner, prompts))
+            except RuntimeError as e:
+                return {"prompt_len": prompt_len, "ttft_ms": ttft, "error": f"{type(e).__name__}: {e}"}
+            finally:
+                runner.free(0)
+            break
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        _prefill(runner, prompts)
+        torch.cuda.synchronize()
+        ttft.append((time.perf_counter() - t0) * 1e3)
+        runner.free(0)
+    return {"prompt_len": prompt_len, "ttft_ms": ttft, **kernel_table(events, 1, wall)}
 
 
 def profile_text(p: dict, rows: int = 15) -> str:

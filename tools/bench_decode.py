@@ -59,7 +59,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
                tuning_cache: Path | None = None, pdl: bool | int = WAIT_FIRST,
                attn_split_tokens: int = ATTN_SPLIT_TOKENS) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
-    from atlas.runtime.bench import bench, kernel_profile, profile_text
+    from atlas.runtime.bench import bench, kernel_profile, prefill_profile, profile_text
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
@@ -89,6 +89,14 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
             if b in batch_sizes:
                 result[f"profile_b{b}"] = kernel_profile(runner, b, prompt_len)
                 click.echo(profile_text(result[f"profile_b{b}"]), err=True)
+        # and the TTFT: a batch-1 prefill's spread and its kernels against its wall time (2026-12-07: the same tuned
+        # plan read 27 and 41 ms at batch 1 in two builds on the H100; the H200's quantized TTFTs doubled)
+        result["prefill_profile"] = p = prefill_profile(runner, prompt_len)
+        click.echo(f"{case}: prefill of {prompt_len} tokens, TTFT ms " + " ".join(f"{t:.1f}" for t in p["ttft_ms"])
+                   + (f"; profiled: kernels {p['kernel_us'] / 1e3:.1f} ms of {p['step_us'] / 1e3:.1f} ms, GPU idle "
+                      f"{p['idle_fraction']:.0%}; " + ", ".join(f"{k['name'][:40]} {k['us'] / 1e3:.2f} ms"
+                                                              for k in p["kernels"][:6])
+                      if "error" not in p else f"; {p['error']}"), err=True)
     finally:
         shutil.rmtree(out, ignore_errors=True)
         runner = None

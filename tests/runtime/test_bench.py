@@ -72,7 +72,7 @@ def test_bench_checks_its_arguments(tiny_engine):
 @pytest.mark.gpu
 def test_bench_runs_on_a_small_engine(tmp_path):
     from atlas.build_engine.builder import BuildConfig, build
-    from atlas.runtime.bench import bench, kernel_profile
+    from atlas.runtime.bench import bench, kernel_profile, prefill_profile
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
@@ -95,6 +95,12 @@ def test_bench_runs_on_a_small_engine(tmp_path):
     # by grid, from the Chrome trace: the kernels again, each shape apart (the copies have no grid)
     assert p["by_grid"] and all(len(r["grid"]) == 3 for r in p["by_grid"])
     assert sum(r["launches"] for r in p["by_grid"]) <= sum(r["launches"] for r in p["kernels"])
+    assert runner.blocks.num_free == runner.blocks.num_blocks
+    # a prefill's spread and its eager launches: every layer's norm, its prefill attention
+    p = prefill_profile(runner, prompt_len=40, repeats=3)
+    assert len(p["ttft_ms"]) == 3 and all(t > 0 for t in p["ttft_ms"]) and p["steps"] == 1
+    norm = next(r for r in p["kernels"] if "rms_norm" in r["name"])
+    assert norm["launches"] >= runner.c.num_layers and 0 < p["kernel_us"] <= p["step_us"]
     assert runner.blocks.num_free == runner.blocks.num_blocks
 
 
