@@ -211,23 +211,22 @@ def prefill_profile(runner, prompt_len: int, repeats: int = 5, seed: int = 0) ->
     spread: "ttft_ms"), then one more under the profiler, by kernel_table with the whole prefill as its one step.
     Prefill chunks run eagerly (no graph; a host sync a chunk), so idle_fraction is the share of the TTFT the GPU
     waited for the host's launches. A profiler that fails gives {"error": ...}."""
+    def prefill(r: int) -> None:
+        _prefill(runner, _prompts(runner, 1, prompt_len, 2, seed + r))
+
     ttft = []
-    for r in range(repeats + 1):
-        prompts = _prompts(runner, 1, prompt_len, 2, seed + r)
-        if r == repeats:
-            try:
-                events, wall = _profiled(lambda: _prefill(runner, prompts))
-            except RuntimeError as e:
-                return {"prompt_len": prompt_len, "ttft_ms": ttft, "error": f"{type(e).__name__}: {e}"}
-            finally:
-                runner.free(0)
-            break
+    for r in range(repeats):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        _prefill(runner, prompts)
+        prefill(r)
         torch.cuda.synchronize()
         ttft.append((time.perf_counter() - t0) * 1e3)
         runner.free(0)
+    try:
+        events, wall = _profiled(lambda: prefill(repeats))
+        runner.free(0)
+    except RuntimeError as e:
+        return {"prompt_len": prompt_len, "ttft_ms": ttft, "error": f"{type(e).__name__}: {e}"}
     return {"prompt_len": prompt_len, "ttft_ms": ttft, **kernel_table(events, 1, wall)}
 
 
