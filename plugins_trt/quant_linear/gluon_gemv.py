@@ -594,9 +594,11 @@ def _wk_silu_store(acc, pid, M, N, ws2_ptr, out_ptr, stride_om, BN: gl.constexpr
 @gluon.jit
 def _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr, PDL: gl.constexpr,
-            TILED: gl.constexpr, PRE: gl.constexpr, BITS: gl.constexpr, WK: gl.constexpr, SILU: gl.constexpr):
+            TILED: gl.constexpr, PRE: gl.constexpr, BITS: gl.constexpr, WK: gl.constexpr, SILU: gl.constexpr,
+            LA: gl.constexpr = 0):
     """The WK kernels' main loop: the program's accumulator [WK BLOCK_N, MP] (nvfp4_gemv_wk_kernel says how the
-    rows and the K range are dealt), its groups' sums still apart."""
+    rows and the K range are dealt), its groups' sums still apart. LA 1: the loop loads step t + 1's block before it
+    computes step t's (one more block in registers, two in flight a warp; a clamped, unused load past the end)."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_N * WK == 16 * NW)
     gl.static_assert(PRE == 0 or PRE == 2 or PRE == 4)
@@ -660,10 +662,23 @@ def _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOC
                             BITS)
             acc = _wk_block(acc, w3, s3, x_rows, g0 + 3 * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
                             BITS)
-    for t in range(PRE, nt):
-        wd = gl.load(w_rows + gl.minimum(g0 + t * WK, nb - 1) * wstep)
-        sr = gl.load(s_rows + gl.minimum(g0 + t * WK, nb - 1) * sstep)
-        acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+    if LA == 0:
+        for t in range(PRE, nt):
+            wd = gl.load(w_rows + gl.minimum(g0 + t * WK, nb - 1) * wstep)
+            sr = gl.load(s_rows + gl.minimum(g0 + t * WK, nb - 1) * sstep)
+            acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
+                            BITS)
+    else:
+        gl.static_assert(LA == 1)
+        wd = gl.load(w_rows + gl.minimum(g0 + PRE * WK, nb - 1) * wstep)
+        sr = gl.load(s_rows + gl.minimum(g0 + PRE * WK, nb - 1) * sstep)
+        for t in range(PRE, nt):
+            wn = gl.load(w_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * wstep)
+            sn = gl.load(s_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * sstep)
+            acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
+                            BITS)
+            wd = wn
+            sr = sn
     return acc
 
 
@@ -673,7 +688,8 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr,
                          HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PIPE: gl.constexpr = 1,
                          PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
-                         BITS: gl.constexpr = False, WK: gl.constexpr = 2, SILU: gl.constexpr = False):
+                         BITS: gl.constexpr = False, WK: gl.constexpr = 2, SILU: gl.constexpr = False,
+                         LA: gl.constexpr = 0):
     """nvfp4_gemv_mma_kernel (same parameters, grid and outputs) with the program's K range dealt over WK groups of
     its warps instead of its rows: group g takes blocks b_lo + g, b_lo + g + WK, ... of the rows pid BLOCK_N ..
     + BLOCK_N, and the groups' accumulators are summed through shared memory at the end. So a layer needs no
@@ -691,7 +707,7 @@ def nvfp4_gemv_wk_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, bias_ptr, res_ptr, out_p
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BN: gl.constexpr = BLOCK_N
     acc = _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                  PDL, TILED, PRE, BITS, WK, SILU)
+                  PDL, TILED, PRE, BITS, WK, SILU, LA)
     pid, pk = gl.program_id(0), gl.program_id(1)
     if SILU:
         _wk_silu_store(acc, pid, M, N, ws2_ptr, out_ptr, stride_om, BN, MP, WK, NW)
@@ -715,7 +731,7 @@ def nvfp4_gemv_wk_norm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, res_ptr, nw_ptr, cn
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                               PDL: gl.constexpr = False, TILED: gl.constexpr = False, PRE: gl.constexpr = 0,
                               BITS: gl.constexpr = False, WK: gl.constexpr = 2, OFFSET: gl.constexpr = 0,
-                              NP: gl.constexpr = 0):
+                              NP: gl.constexpr = 0, LA: gl.constexpr = 0):
     """The WK GEMV of a projection into the residual stream with the decoder's add + RMSNorm after it, in one launch
     (what splitk_reduce_norm_kernel does for the split GEMVs; a WK GEMV has no reduction launch to put it in). Each
     program rounds its columns of y = x @ W.T to bf16 as nvfp4_gemv_wk_kernel stores them, adds the residual's and
@@ -733,7 +749,7 @@ def nvfp4_gemv_wk_norm_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, res_ptr, nw_ptr, cn
     MP: gl.constexpr = 8 if BLOCK_M <= 8 else 16
     BN: gl.constexpr = BLOCK_N
     acc = _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOCK_M, BLOCK_N, BLOCK_K, 1,
-                  PDL, TILED, PRE, BITS, WK, False)
+                  PDL, TILED, PRE, BITS, WK, False, LA)
     pid = gl.program_id(0)
     oL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // MP, MP], [NW, 1], [1, 0])
     y = _wk_sum(acc, BN, MP, WK, oL)

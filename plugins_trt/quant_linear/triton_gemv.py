@@ -847,6 +847,8 @@ def _gemv_constexprs(config: dict, has_bias: bool, has_residual: bool, pdl: bool
         cx["XCLAMP"] = True
     if config.get("WK"):  # gluon_gemv.nvfp4_gemv_wk_kernel: the K range over WK groups of a program's warps
         cx["WK"] = config["WK"]
+    if config.get("LA"):  # the WK GEMV's loop loading a block ahead
+        cx["LA"] = config["LA"]
     return cx
 
 
@@ -913,7 +915,7 @@ def _wk_norm_constexprs(config: dict, offset: float, pdl: bool, N: int) -> dict:
     """nvfp4_gemv_wk_norm_kernel's constexprs for a WK config and N rows (AOT and JIT alike)."""
     return {"PDL": pdl, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_K": config["BLOCK_K"],
             "TILED": bool(config.get("TILED")), "PRE": config.get("PRE", 0), "BITS": bool(config.get("BITS")),
-            "WK": config["WK"], "OFFSET": int(offset), "NP": triton.next_power_of_2(N)}
+            "WK": config["WK"], "OFFSET": int(offset), "NP": triton.next_power_of_2(N), "LA": config.get("LA", 0)}
 
 
 def _check_norm(residual: torch.Tensor, weight: torch.Tensor, offset: float, M: int, N: int) -> None:

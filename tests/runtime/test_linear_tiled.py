@@ -717,12 +717,14 @@ def test_xclamp_gemv_gpu(config):
 
 
 _WK = [c for b in (1, 8, 16) for c in wk_configs(b, 6144, 4096)]
+_WK += [c for b in (1, 4) for c in wk_candidates(b, 6144, 4096) if c.get("LA")]  # the build's look-ahead forms
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", _WK, ids=_ids(_WK))
 def test_wk_gemv_gpu(config):
-    """Each WK GEMV variant (the K range over groups of a program's warps, tools/dev/nvfp4_wk.py) at a real shape and
+    """Each WK GEMV variant (the K range over groups of a program's warps, tools/dev/nvfp4_wk.py, and the build's LA
+    forms, which must give their plain loop's bits) at a real shape and
     at K = 2304 (9 blocks of 256 or 18 of 128: groups with unequal block counts, and steps past the split's end),
     with PDL, a partial bucket, bias and residual at the small shape, against the fp32 reference; output poisoned
     first."""
@@ -740,6 +742,9 @@ def test_wk_gemv_gpu(config):
         err = float((y.float() - ref).norm() / ref.norm())
         assert err < 1e-2, (n, k, err)
         assert torch.equal(y, GV.launch_nvfp4_gemv(x, w, ws, ws2, config, bias=bias, residual=res, pdl=True))
+        if config.get("LA"):  # loading a block ahead changes no operation: the plain loop's bits
+            plain = {**config, "LA": 0}
+            assert torch.equal(y, GV.launch_nvfp4_gemv(x, w, ws, ws2, plain, bias=bias, residual=res, pdl=True))
 
 
 @pytest.mark.gpu
