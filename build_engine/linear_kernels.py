@@ -184,15 +184,16 @@ def streamk_candidates(bucket: int, n: int, k: int, sm_count: int = SM_COUNT) ->
 
 
 WK_TILES = {1: [(16, 256, 4, 4, 4), (16, 256, 4, 4, 2), (16, 128, 4, 4, 4), (16, 256, 8, 8, 2), (16, 256, 8, 8, 2, 1),
-                (16, 256, 4, 4, 2, 1)],
+                (16, 256, 4, 4, 2, 1), (16, 256, 8, 8, 2, 2), (16, 256, 4, 4, 2, 2)],
             4: [(16, 128, 4, 4, 4), (16, 256, 4, 4, 4), (16, 256, 8, 8, 2), (16, 256, 8, 8, 2, 1)]}
 """WK GEMV configs (gluon_gemv.nvfp4_gemv_wk_kernel: a program's K range over WK groups of its warps, one launch, no
 split-K reduction) by the largest M bucket they serve: (BLOCK_N, BLOCK_K, num_warps, WK, PRE), SPLIT_K 1, tiled +
 BITS. H100 sweep beside the shipped configs (tools/results/nvfp4_wk_h100.json, `python -m atlas.tools.dev.nvfp4_wk`):
 faster at M 1 on five of six shapes (8B lm_head 122.8 -> 103.7 us, 27B gate_up 47.5 -> 42.6, 8B qkv 8.1 -> 7.4) and at
-M 4 on three, slower at M 8 / 16 (each warp reads the whole x tile for its 16 rows). A sixth element LA 1: the loop
-loads a block ahead (written 2026-12-07, tenth session, for the long-K residual projections: the 8B down's fused-norm
-WK GEMV ran at about half its floor on the H100; GPU-untested, the search times it beside the others)."""
+M 4 on three, slower at M 8 / 16 (each warp reads the whole x tile for its 16 rows). A sixth element LA: the loop
+loads a block's weights (1) or weights and x (2) a step ahead (written 2026-12-07, tenth session, for the long-K
+residual projections: the 8B down's fused-norm WK GEMV ran at about half its floor on the H100, a step's DRAM load
+and x's L2 load in series each step; GPU-untested, the search times them beside the others)."""
 
 
 def wk_candidates(bucket: int, n: int, k: int) -> list[dict]:

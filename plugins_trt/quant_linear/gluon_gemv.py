@@ -545,7 +545,20 @@ def _wk_block(acc, wd, sr, x_rows, kx, b_hi, nb, xmask, BV: gl.constexpr, BK: gl
               bL: gl.constexpr, BITS: gl.constexpr):
     """One block a group: words wd and scale bytes sr of the group's block kx, x of it (zero past the split, where
     the clamped weights then add nothing)."""
-    x = gl.load(x_rows + gl.minimum(kx, nb - 1) * BK, mask=xmask & (kx < b_hi), other=0.0)
+    return _wk_block_x(acc, wd, sr, _wk_x(x_rows, kx, b_hi, nb, xmask, BK), BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+
+
+@gluon.jit
+def _wk_x(x_rows, kx, b_hi, nb, xmask, BK: gl.constexpr):
+    """x of the group's block kx (zero past the split)."""
+    return gl.load(x_rows + gl.minimum(kx, nb - 1) * BK, mask=xmask & (kx < b_hi), other=0.0)
+
+
+@gluon.jit
+def _wk_block_x(acc, wd, sr, x, BV: gl.constexpr, BK: gl.constexpr, RP: gl.constexpr, KW: gl.constexpr,
+                MP: gl.constexpr, wL: gl.constexpr, pL: gl.constexpr, aL: gl.constexpr, bL: gl.constexpr,
+                BITS: gl.constexpr):
+    """_wk_block with the block's x already loaded."""
     return _block(acc, wd, _scales(sr, BV, KW, wL), _x_operand(x, BK, MP, RP, bL), BV, BK, RP, pL, aL, BITS)
 
 
@@ -598,7 +611,9 @@ def _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOC
             LA: gl.constexpr = 0):
     """The WK kernels' main loop: the program's accumulator [WK BLOCK_N, MP] (nvfp4_gemv_wk_kernel says how the
     rows and the K range are dealt), its groups' sums still apart. LA 1: the loop loads step t + 1's block before it
-    computes step t's (one more block in registers, two in flight a warp; a clamped, unused load past the end)."""
+    computes step t's (one more block in registers, two in flight a warp; a clamped, unused load past the end);
+    LA 2: and its x (x's L2 round trip leaves the loop's chain too). The same operations in the same order: the bits
+    of LA 0."""
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_N * WK == 16 * NW)
     gl.static_assert(PRE == 0 or PRE == 2 or PRE == 4)
@@ -668,8 +683,7 @@ def _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOC
             sr = gl.load(s_rows + gl.minimum(g0 + t * WK, nb - 1) * sstep)
             acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
                             BITS)
-    else:
-        gl.static_assert(LA == 1)
+    elif LA == 1:
         wd = gl.load(w_rows + gl.minimum(g0 + PRE * WK, nb - 1) * wstep)
         sr = gl.load(s_rows + gl.minimum(g0 + PRE * WK, nb - 1) * sstep)
         for t in range(PRE, nt):
@@ -679,6 +693,19 @@ def _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOC
                             BITS)
             wd = wn
             sr = sn
+    else:  # LA 2: x a block ahead too (its L2 round trip off the loop's chain as well)
+        gl.static_assert(LA == 2)
+        wd = gl.load(w_rows + gl.minimum(g0 + PRE * WK, nb - 1) * wstep)
+        sr = gl.load(s_rows + gl.minimum(g0 + PRE * WK, nb - 1) * sstep)
+        xd = _wk_x(x_rows, g0 + PRE * WK, b_hi, nb, xmask, BK)
+        for t in range(PRE, nt):
+            wn = gl.load(w_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * wstep)
+            sn = gl.load(s_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * sstep)
+            xn = _wk_x(x_rows, g0 + (t + 1) * WK, b_hi, nb, xmask, BK)
+            acc = _wk_block_x(acc, wd, sr, xd, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+            wd = wn
+            sr = sn
+            xd = xn
     return acc
 
 
