@@ -351,20 +351,23 @@ if [ "$what" = decode ]; then  # issue 6's decode benchmark, a case or two a cal
 fi
 if [ "$what" = session12 ]; then  # one H200 call (~9 minutes) for issue 6's missing H200 figures: the 8B nvfp4
     # case with its transformers peer (fused norm, L2-prefetching attention, 64-token splits: H100 336 -> 388 tok/s;
-    # decode.json's H200 entry is 403.5, 48.7%, goal 55%), then the 27B bf16 hybrid with its transformers + fla peer
-    # (no H200 entry yet). On an H100 (its peers are in decode_h100.json): the 27B nvfp4 and the 8B nvfp4, atlas only.
-    # First the decode attention's GPU tests (its combine, rewritten in the tenth session, is GPU-untested): nothing is
-    # measured unless they pass
+    # decode.json's H200 entry is 403.5, 48.7%, goal 55%), then the 27B bf16 hybrid, Atlas only (no H200 entry yet;
+    # its transformers + fla peer needs a call of its own: DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=hf). On an H100 (its peers are in decode_h100.json): the 27B nvfp4 and the 8B nvfp4, atlas only.
+    # First the GPU tests of what the tenth session wrote GPU-untested: the decode attention's combine and the WK
+    # GEMV's look-ahead forms (LA 1 / 2, which the build's search times): nothing is measured unless they pass
     timeout ${S12_TEST_TIMEOUT:-70} python3 -m pytest -q -m gpu -p no:cacheprovider \
         tests/plugins_trt/test_attention_triton.py -k "gpu_decode or rope" 2>&1 | tee "$out/pytest_attn_gpu.log" | tail -3
-    if ! grep -q " passed" "$out/pytest_attn_gpu.log" || grep -q "failed\|error" "$out/pytest_attn_gpu.log"; then
-        echo "decode attention GPU tests did not pass: nothing measured"
+    timeout ${S12_LA_TIMEOUT:-60} python3 -m pytest -q -m gpu -p no:cacheprovider tests/runtime/test_linear_tiled.py \
+        -k "wk_gemv and (LA1 or LA2)" 2>&1 | tee "$out/pytest_wk_la_gpu.log" | tail -3
+    if ! grep -q " passed" "$out/pytest_attn_gpu.log" || ! grep -q " passed" "$out/pytest_wk_la_gpu.log" \
+            || grep -q "failed\|error" "$out/pytest_attn_gpu.log" "$out/pytest_wk_la_gpu.log"; then
+        echo "the tenth session's GPU tests did not pass: nothing measured"
     elif nvidia-smi -L | grep -q H200; then
-        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=both DECODE_TIMEOUT=${S12_8B_TIMEOUT:-250} bash "$0" decode
-        DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=${S12_27B_PART:-both} DECODE_TIMEOUT=${S12_27B_TIMEOUT:-260} \
+        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=both DECODE_TIMEOUT=${S12_8B_TIMEOUT:-240} bash "$0" decode
+        DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=${S12_27B_PART:-atlas} DECODE_TIMEOUT=${S12_27B_TIMEOUT:-220} \
             bash "$0" decode
     else
-        DECODE_CASES=qwen3.5-27b:nvfp4,llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S12_TIMEOUT:-500} \
+        DECODE_CASES=qwen3.5-27b:nvfp4,llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S12_TIMEOUT:-450} \
             bash "$0" decode
     fi
 fi
