@@ -683,29 +683,24 @@ def _wk_acc(x_ptr, w_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, BLOC
             sr = gl.load(s_rows + gl.minimum(g0 + t * WK, nb - 1) * sstep)
             acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
                             BITS)
-    elif LA == 1:
+    else:  # LA 1: the weights a block ahead; LA 2: and x (its L2 round trip off the loop's chain too)
+        gl.static_assert(LA == 1 or LA == 2)
         wd = gl.load(w_rows + gl.minimum(g0 + PRE * WK, nb - 1) * wstep)
         sr = gl.load(s_rows + gl.minimum(g0 + PRE * WK, nb - 1) * sstep)
+        if LA == 2:
+            xd = _wk_x(x_rows, g0 + PRE * WK, b_hi, nb, xmask, BK)
         for t in range(PRE, nt):
             wn = gl.load(w_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * wstep)
             sn = gl.load(s_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * sstep)
-            acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL, bL,
-                            BITS)
+            if LA == 2:
+                xn = _wk_x(x_rows, g0 + (t + 1) * WK, b_hi, nb, xmask, BK)
+                acc = _wk_block_x(acc, wd, sr, xd, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
+                xd = xn
+            else:
+                acc = _wk_block(acc, wd, sr, x_rows, g0 + t * WK, b_hi, nb, xmask, BV, BK, RP, KW, MP, wL, pL, aL,
+                                bL, BITS)
             wd = wn
             sr = sn
-    else:  # LA 2: x a block ahead too (its L2 round trip off the loop's chain as well)
-        gl.static_assert(LA == 2)
-        wd = gl.load(w_rows + gl.minimum(g0 + PRE * WK, nb - 1) * wstep)
-        sr = gl.load(s_rows + gl.minimum(g0 + PRE * WK, nb - 1) * sstep)
-        xd = _wk_x(x_rows, g0 + PRE * WK, b_hi, nb, xmask, BK)
-        for t in range(PRE, nt):
-            wn = gl.load(w_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * wstep)
-            sn = gl.load(s_rows + gl.minimum(g0 + (t + 1) * WK, nb - 1) * sstep)
-            xn = _wk_x(x_rows, g0 + (t + 1) * WK, b_hi, nb, xmask, BK)
-            acc = _wk_block_x(acc, wd, sr, xd, BV, BK, RP, KW, MP, wL, pL, aL, bL, BITS)
-            wd = wn
-            sr = sn
-            xd = xn
     return acc
 
 
