@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -369,6 +369,18 @@ if [ "$what" = session12 ]; then  # one H200 call (~9 minutes) for issue 6's mis
     else
         DECODE_CASES=qwen3.5-27b:nvfp4,llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S12_TIMEOUT:-450} \
             bash "$0" decode
+    fi
+fi
+if [ "$what" = session13 ]; then  # one call: on an H200, session12's H200 measurements without its tests (they passed
+    # on the H100: tools/results/pytest_{attn,wk_la}_gpu_h100_s12.log): the 8B nvfp4 with its transformers peer, then
+    # the 27B bf16 hybrid (Atlas). On an H100 (whose decode figures session12 just took): the GEMM / GEMV benchmark of
+    # today's kernels (the look-ahead WK forms among the candidates) into gemm_h100.json
+    if nvidia-smi -L | grep -q H200; then
+        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=both DECODE_TIMEOUT=${S13_8B_TIMEOUT:-250} bash "$0" decode
+        DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=atlas DECODE_TIMEOUT=${S13_27B_TIMEOUT:-230} bash "$0" decode
+    else
+        timeout ${S13_GEMM_TIMEOUT:-480} python3 -m atlas.tools.bench_gemm --out "$out/gemm_h100.json" 2>&1 \
+            | tee "$out/bench_gemm_h100.log" | tail -30
     fi
 fi
 if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels, GDN ops, runner, bench)
