@@ -209,25 +209,36 @@ def kernel_profile(runner, batch: int, prompt_len: int, steps: int = 32, seed: i
 def prefill_profile(runner, prompt_len: int, repeats: int = 5, seed: int = 0) -> dict:
     """Where a batch-1 prefill's time (the TTFT) goes: `repeats` plain timings of one prompt_len prefill (their
     spread: "ttft_ms"), then one more under the profiler, by kernel_table with the whole prefill as its one step.
-    Prefill chunks run eagerly (no graph; a host sync a chunk), so idle_fraction is the share of the TTFT the GPU
-    waited for the host's launches. A profiler that fails gives {"error": ...}."""
+    With prefill graphs captured (ModelRunner.capture), also `repeats` timings without them ("eager_ttft_ms": the
+    chunks launched kernel by kernel from the host, as before the graphs). idle_fraction is the share of the TTFT
+    the GPU waited for the host. A profiler that fails gives {"error": ...}."""
     def prefill(r: int) -> None:
         _prefill(runner, _prompts(runner, 1, prompt_len, 2, seed + r))
 
-    ttft = []
-    for r in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        prefill(r)
-        torch.cuda.synchronize()
-        ttft.append((time.perf_counter() - t0) * 1e3)
-        runner.free(0)
+    def timed() -> list[float]:
+        times = []
+        for r in range(repeats):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            prefill(r)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+            runner.free(0)
+        return times
+
+    out = {"prompt_len": prompt_len, "ttft_ms": timed()}
+    if runner.prefill_graphs:
+        graphs, runner.prefill_graphs = runner.prefill_graphs, {}
+        try:
+            out["eager_ttft_ms"] = timed()
+        finally:
+            runner.prefill_graphs = graphs
     try:
         events, wall = _profiled(lambda: prefill(repeats))
         runner.free(0)
     except RuntimeError as e:
-        return {"prompt_len": prompt_len, "ttft_ms": ttft, "error": f"{type(e).__name__}: {e}"}
-    return {"prompt_len": prompt_len, "ttft_ms": ttft, **kernel_table(events, 1, wall)}
+        return {**out, "error": f"{type(e).__name__}: {e}"}
+    return {**out, **kernel_table(events, 1, wall)}
 
 
 def profile_text(p: dict, rows: int = 15) -> str:

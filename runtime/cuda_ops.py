@@ -13,13 +13,14 @@ conv weight and conv windows; fp32 recurrent states, A_log, dt_bias and gated-no
 from __future__ import annotations
 
 import torch
+import triton
 
 from atlas.plugins_trt.activation.triton_silu import launch_silu_mul
 from atlas.plugins_trt.attention.triton_decode import launch_paged_decode_rope
 from atlas.plugins_trt.attention.triton_prefill import launch_paged_prefill
 from atlas.plugins_trt.causal_conv1d.triton_conv import launch_conv_varlen
 from atlas.plugins_trt.embedding.triton_embed import launch_embedding
-from atlas.plugins_trt.gated_delta_net.triton_chunk import launch_chunk_gdn, padded_chunk_plan
+from atlas.plugins_trt.gated_delta_net.triton_chunk import CHUNK, launch_chunk_gdn, padded_chunk_plan
 from atlas.plugins_trt.gated_delta_net.triton_decode import launch_gdn_decode
 from atlas.plugins_trt.pdl_order import WAIT_FIRST
 from atlas.plugins_trt.rms_norm.triton_norm import launch_gated_rms_norm, launch_rms_norm
@@ -48,7 +49,9 @@ class CudaOps:
         # buffer serves every layer and every captured graph (launch_paged_decode's COMBINE: one launch, not two)
         self.decode_counters = torch.zeros(max_batch * config.num_kv_heads, dtype=torch.int32, device=device)
         self.inv_freq = rope_inv_freq(config.rotary_dim, config.rope_theta, config.rope_scaling).to(device)
-        self._chunks: tuple[tuple, dict] | None = None  # (sizes, padded_chunk_plan): shared by a step's GDN layers
+        self._plans: dict[tuple, dict] = {}
+        """(sequences, chunk rows a sequence, device) -> padded_chunk_plan: shared by a step's GDN layers, and kept
+        (a few KB each), since a captured prefill graph reads the plan it was captured with."""
 
     def embed(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return launch_embedding(table, ids, aot=self.aot, pdl=self.pdl)
@@ -131,11 +134,12 @@ class CudaOps:
         return launch_gated_rms_norm(o.view(T, V), z, layer.norm, c.rms_norm_eps, aot=self.aot)
 
     def _chunk_plan(self, num_seqs: int, max_q_len: int, device) -> dict:
-        """The chunk rows of a prefill step from its host sizes (no device read), made once for all its GDN layers."""
-        key = (num_seqs, max_q_len, str(device))
-        if self._chunks is None or self._chunks[0] != key:
-            self._chunks = (key, padded_chunk_plan(num_seqs, max_q_len, device))
-        return self._chunks[1]
+        """The chunk rows of a prefill step from its host sizes (no device read), made once for all its GDN layers
+        (and for every later step of as many sequences and chunks: the plan depends on nothing else)."""
+        key = (num_seqs, triton.cdiv(max_q_len, CHUNK), str(device))
+        if key not in self._plans:
+            self._plans[key] = padded_chunk_plan(num_seqs, max_q_len, device)
+        return self._plans[key]
 
     def argmax(self, logits: torch.Tensor) -> torch.Tensor:
         return launch_argmax(logits, aot=self.aot, pdl=self.pdl)

@@ -6,6 +6,13 @@ and the argmax. The smallest bucket that holds the batch is replayed; padding se
 context length 0). Prefill runs eagerly, in chunks of at most `prefill_chunk` tokens. The scheduler's choices
 (who runs, which tokens) come in as StepBatch; nothing here decides policy.
 
+A prefill chunk of one sequence replays a graph too: one is captured per prefill tier (PREFILL_Q_LENS up to
+prefill_chunk, over one static step of that many token rows); a chunk of q tokens replays the smallest tier that holds
+it, its rows past q padding in no sequence (StepInputs.build's pad_tokens_to: no KV written, no state touched, every
+row independent of the others through the linears and norms). Eager, a 512-token chunk of an 8B model left the GPU
+idle for two thirds of its time while the host launched ~450 kernels (tools/results/decode_h100.json,
+prefill_profile). Chunks of several sequences, or longer than the last tier, run eagerly.
+
 `decode` pipelines decode steps: each graph also writes its chosen ids into its own input buffer, so a step that
 continues the same sequences needs nothing from the host but positions and KV slots (copied from pinned memory,
 asynchronously); the host lays out step n + 1 while the GPU runs step n and reads step n's tokens a step late.
@@ -90,10 +97,15 @@ class RunnerOptions:
                     attn_split_tokens=self.attn_split_tokens)
 
 
+def prefill_tiers(options: RunnerOptions) -> tuple[int, ...]:
+    """The prefill chunk lengths the build compiles for (and the runner captures a graph of), shortest first."""
+    longest = min(options.prefill_chunk, options.max_seq_len)
+    return tuple(q for q in PREFILL_Q_LENS if q <= longest)
+
+
 def step_shapes(options: RunnerOptions) -> list[tuple[int, int]]:
     """(sequences, tokens a sequence) of every step the runner launches: the decode buckets, then prefill chunks."""
-    longest = min(options.prefill_chunk, options.max_seq_len)
-    return [(b, 1) for b in options.buckets] + [(1, q) for q in PREFILL_Q_LENS if q <= longest]
+    return [(b, 1) for b in options.buckets] + [(1, q) for q in prefill_tiers(options)]
 
 
 def synthetic_step(batch: int, q_len: int, options: RunnerOptions, device) -> StepInputs:
@@ -146,6 +158,9 @@ class ModelRunner:
                                    device="cuda", scales=scales)
         self.blocks = BlockManager(num_blocks, o.block_size)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, StepInputs, torch.Tensor, torch.Tensor]] = {}
+        """decode bucket -> (graph, its static step, its ids, its logits)."""
+        self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, StepInputs, torch.Tensor, torch.Tensor]] = {}
+        """prefill tier (token rows of one sequence's chunk) -> (graph, its static step, its ids, its logits)."""
         self._fed: dict[int, tuple[int, ...]] = {}
         """bucket -> the sequences its graph last ran (its input_ids now hold their next tokens)."""
         self.logits: torch.Tensor | None = None
@@ -187,8 +202,9 @@ class ModelRunner:
     def step(self, batch: StepBatch) -> list[int]:
         """Run one step (reserving its KV slots); the greedy next token of each sequence.
 
-        Decode steps replay the captured graph of the smallest bucket that holds them (eager when none is
-        captured); prefill runs eagerly, one chunk a call (the caller splits prompts into prefill_chunk tokens).
+        Decode steps replay the captured graph of the smallest bucket that holds them, a one-sequence prefill chunk
+        the graph of the smallest prefill tier that holds it (eager when none is captured); other steps run eagerly.
+        Prefill comes one chunk a call (the caller splits prompts into prefill_chunk tokens).
         """
         q = max(len(t) for t in batch.tokens)
         if q > self.options.prefill_chunk:
@@ -196,8 +212,14 @@ class ModelRunner:
                              f"got {q}; split the prompt into chunks")
         bucket = self._bucket(len(batch.seq_ids))
         batch = self._with_slots(batch)
+        tier = next((t for t in sorted(self.prefill_graphs) if t >= q), None) if len(batch.seq_ids) == 1 else None
         if q == 1 and bucket in self.graphs:
             ids = self._replay(batch, bucket, keep_ids=False)
+        elif q > 1 and tier is not None:
+            graph, static, ids, self.logits = self.prefill_graphs[tier]
+            StepInputs.build(batch, self.blocks, self.options.max_blocks, "cpu", pin=True,
+                             pad_tokens_to=tier).copy_into(static)
+            graph.replay()
         else:
             step = StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda")
             ids, self.logits = self._forward(step, bucket)
@@ -228,24 +250,35 @@ class ModelRunner:
         done.record()
         return PendingTokens(host, done)
 
-    def capture(self, buckets: tuple[int, ...] | None = None) -> None:
-        """Capture one decode graph per batch bucket (default: all; after a warm-up launch of each, off the default
-        stream)."""
+    def capture(self, buckets: tuple[int, ...] | None = None, prefill: bool = True) -> None:
+        """Capture one decode graph per batch bucket (default: all), then (prefill) one graph per prefill tier, the
+        longest first, all of these in one memory pool (one prefill runs at a time; only their outputs stay).
+        Each after a warm-up launch, off the default stream."""
         for bucket in buckets or self.options.buckets:
-            static = synthetic_step(bucket, 1, self.options, "cuda")
-            static.slot_mapping.fill_(-1)  # capture writes nothing into the pool
-            static.context_lens.zero_()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                self._forward(static, bucket)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                ids, logits = self._forward(static, bucket)
-                static.input_ids.copy_(ids)  # the next decode step's input, unless the host writes others
-            self.graphs[bucket] = (graph, static, ids, logits)
+            self.graphs[bucket] = self._capture(synthetic_step(bucket, 1, self.options, "cuda"), bucket, feed=True)
             self._fed.pop(bucket, None)
+        if prefill:
+            pool = torch.cuda.graph_pool_handle()
+            for tier in sorted(prefill_tiers(self.options), reverse=True):
+                self.prefill_graphs[tier] = self._capture(synthetic_step(1, tier, self.options, "cuda"), 1,
+                                                          pool=pool)
+
+    def _capture(self, static: StepInputs, bucket: int, feed: bool = False, pool=None):
+        """(graph, static, ids, logits) of the step laid out in `static` (feed: the graph also writes its ids into
+        its input_ids, the next decode step's input unless the host writes others)."""
+        static.slot_mapping.fill_(-1)  # capture writes nothing into the pool (and reads no state: slots are -1)
+        static.context_lens.zero_()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._forward(static, bucket)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            ids, logits = self._forward(static, bucket)
+            if feed:
+                static.input_ids.copy_(ids)
+        return graph, static, ids, logits
 
     def free(self, seq_id: int) -> None:
         """A finished (or preempted) sequence gives back its KV blocks and its state slot."""

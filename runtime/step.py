@@ -73,11 +73,14 @@ class StepInputs:
 
     @classmethod
     def build(cls, batch: StepBatch, blocks: BlockManager, max_blocks: int, device: torch.device | str = "cpu",
-              pad_to: int | None = None, pin: bool = False) -> "StepInputs":
+              pad_to: int | None = None, pin: bool = False, pad_tokens_to: int | None = None) -> "StepInputs":
         """Reserve the new tokens' KV slots in `blocks` (all sequences or none) and lay the step out.
 
         pad_to: the batch bucket of a captured graph (every sequence then has the same q_len, the decode /
-        verify case); padding sequences follow the real ones. pin (device "cpu"): in page-locked memory, so that
+        verify case); padding sequences follow the real ones. pad_tokens_to: the token rows of a captured prefill
+        graph (at least the step's tokens): padding rows follow the last sequence, in none of them (past cu_q[-1],
+        which the kernels neither read as queries nor write; slot -1), and max_q_len is that bound (it picks the
+        graph's attention tile; any bound is correct). pin (device "cpu"): in page-locked memory, so that
         `copy_into` a graph's buffers is an asynchronous copy.
         """
         B = len(batch.seq_ids)
@@ -87,6 +90,10 @@ class StepInputs:
         q_lens = [len(t) for t in batch.tokens]
         if pad and len(set(q_lens)) != 1:
             raise ValueError("padding to a bucket needs the same number of new tokens for every sequence")
+        rows = pad_tokens_to or 0
+        if rows and (pad or rows < sum(q_lens)):
+            raise ValueError(f"pad_tokens_to {rows} needs no padding sequences and at least the step's "
+                             f"{sum(q_lens)} tokens")
         need = sum(blocks.blocks_needed(s, n) for s, n in zip(batch.seq_ids, q_lens))
         if need > blocks.num_free:
             raise OutOfBlocks(f"the step needs {need} more KV blocks, {blocks.num_free} are free")
@@ -108,6 +115,10 @@ class StepInputs:
         slots += [-1] * (pad * q)
         lens += [0] * pad
         tables += [[0] * max_blocks] * pad
+        extra = max(0, rows - len(ids))  # pad_tokens_to: rows in no sequence
+        ids += [0] * extra
+        positions += [0] * extra
+        slots += [-1] * extra
         cu = [0]
         for n in q_lens + [q] * pad:
             cu.append(cu[-1] + n)
@@ -125,7 +136,7 @@ class StepInputs:
             values += [0] * (-len(values) % 4)
         flat = torch.tensor(values, dtype=torch.int32, pin_memory=pin).to(device)
         views = {name: flat[start:start + math.prod(shape)].view(shape) for name, start, shape in spans}
-        return cls(**views, num_seqs=B, max_q_len=max(q_lens), flat=flat)
+        return cls(**views, num_seqs=B, max_q_len=max(max(q_lens), rows), flat=flat)
 
     def copy_into(self, static: "StepInputs", keep_ids: bool = False) -> None:
         """Write this step into the static buffers a graph was captured over (same bucket shape): one copy,

@@ -89,10 +89,12 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
             if b in batch_sizes:
                 result[f"profile_b{b}"] = kernel_profile(runner, b, prompt_len)
                 click.echo(profile_text(result[f"profile_b{b}"]), err=True)
-        # and the TTFT: a batch-1 prefill's spread and its kernels against its wall time (2026-12-07: the same tuned
-        # plan read 27 and 41 ms at batch 1 in two builds on the H100; the H200's quantized TTFTs doubled)
+        # and the TTFT: a batch-1 prefill's spread (from the prefill graphs, and eager) and its kernels against its
+        # wall time (eager, the GPU idled two thirds of an 8B 512-token prefill: decode_h100.json of 2026-12-07)
         result["prefill_profile"] = p = prefill_profile(runner, prompt_len)
         click.echo(f"{case}: prefill of {prompt_len} tokens, TTFT ms " + " ".join(f"{t:.1f}" for t in p["ttft_ms"])
+                   + (" (eager: " + " ".join(f"{t:.1f}" for t in p["eager_ttft_ms"]) + ")"
+                      if "eager_ttft_ms" in p else "")
                    + (f"; profiled: kernels {p['kernel_us'] / 1e3:.1f} ms of {p['step_us'] / 1e3:.1f} ms, GPU idle "
                       f"{p['idle_fraction']:.0%}; " + ", ".join(f"{k['name'][:40]} {k['us'] / 1e3:.2f} ms"
                                                               for k in p["kernels"][:6])

@@ -35,6 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
+from atlas.plugins_trt.buffers import grown
 from atlas.plugins_trt.gated_delta_net.triton_common import gated_norm_vec, gdn_gate, l2norm_vec
 from atlas.plugins_trt.launch import JIT_DEFAULT_STAGES, launch
 from atlas.plugins_trt.pdl import pdl_enter
@@ -218,20 +219,6 @@ def _conv4(conv_w, conv_b, chan, e0, e1, e2, x_t, HAS_BIAS: tl.constexpr):
 # ---------------------------------------------------------------------------------------------- launcher
 
 _SYNC: dict[torch.device, torch.Tensor] = {}
-_OUTGROWN: list[torch.Tensor] = []
-"""Counters replaced by larger ones. Never freed: a CUDA graph captured at a smaller batch still points at them
-(every launch leaves its counters zero, so an old buffer stays valid for the graphs that hold it)."""
-
-
-def _grown(cache: dict, device: torch.device, count: int, make) -> torch.Tensor:
-    """cache[device], replaced by make(size) when it holds fewer than `count` elements (the old buffer kept in
-    _OUTGROWN for the graphs captured with it)."""
-    buf = cache.get(device)
-    if buf is None or buf.numel() < count:
-        if buf is not None:
-            _OUTGROWN.append(buf)
-        buf = cache[device] = make(count)
-    return buf
 
 
 def sync_counters(device: torch.device, count: int) -> torch.Tensor:
@@ -239,7 +226,7 @@ def sync_counters(device: torch.device, count: int) -> torch.Tensor:
 
     The first call for a device (or a larger count) allocates and zeroes them: make it outside CUDA graph capture
     (a warm-up launch), where the zeroing runs at once rather than at the graph's first replay."""
-    return _grown(_SYNC, device, count, lambda n: torch.zeros(max(n, 1024), dtype=torch.int32, device=device))
+    return grown(_SYNC, device, count, lambda n: torch.zeros(max(n, 1024), dtype=torch.int32, device=device))
 
 
 _NSS: dict[torch.device, torch.Tensor] = {}
@@ -248,7 +235,7 @@ _NSS: dict[torch.device, torch.Tensor] = {}
 def norm_partials(device: torch.device, count: int) -> torch.Tensor:
     """fp32 scratch for SPLIT_NORM's per-tile sums of squares, at least `count` (written before read every launch,
     so never zeroed; grown like sync_counters)."""
-    return _grown(_NSS, device, count, lambda n: torch.empty(max(n, 4096), dtype=torch.float32, device=device))
+    return grown(_NSS, device, count, lambda n: torch.empty(max(n, 4096), dtype=torch.float32, device=device))
 
 
 def rows(t: torch.Tensor, name: str, width: int) -> torch.Tensor:

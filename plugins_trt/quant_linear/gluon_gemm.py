@@ -25,6 +25,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+from atlas.plugins_trt.buffers import grown
 from atlas.plugins_trt.quant_linear import gluon_gemv as gg
 
 
@@ -648,11 +649,9 @@ _COUNTERS: dict = {}
 
 
 def sk_counter_buffer(n: int, device) -> torch.Tensor:
-    """A zeroed int32 buffer of at least n FIX counters, kept per device (each launch leaves its counters zero)."""
-    key = str(device)
-    if key not in _COUNTERS or _COUNTERS[key].numel() < n:
-        _COUNTERS[key] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-    return _COUNTERS[key]
+    """A zeroed int32 buffer of at least n FIX counters, kept per device (each launch leaves its counters zero; an
+    outgrown one is kept for the CUDA graphs captured with it: plugins_trt/buffers.py)."""
+    return grown(_COUNTERS, str(device), n, lambda k: torch.zeros(max(k, 1024), dtype=torch.int32, device=device))
 
 
 def sk_items(G: int, DP: int, tiles: int, NP: int) -> list[list[tuple[int, int, int]]]:

@@ -96,9 +96,12 @@ def test_bench_runs_on_a_small_engine(tmp_path):
     assert p["by_grid"] and all(len(r["grid"]) == 3 for r in p["by_grid"])
     assert sum(r["launches"] for r in p["by_grid"]) <= sum(r["launches"] for r in p["kernels"])
     assert runner.blocks.num_free == runner.blocks.num_blocks
-    # a prefill's spread and its eager launches: every layer's norm, its prefill attention
+    # a prefill's spread (from its graph, and eager: capture() took the prefill graphs) and its launches: every
+    # layer's norm, its prefill attention
     p = prefill_profile(runner, prompt_len=40, repeats=3)
     assert len(p["ttft_ms"]) == 3 and all(t > 0 for t in p["ttft_ms"]) and p["steps"] == 1
+    assert len(p["eager_ttft_ms"]) == 3 and all(t > 0 for t in p["eager_ttft_ms"]) and runner.prefill_graphs
+    print(f"tiny-llama 40-token prefill: TTFT ms {p['ttft_ms']} from graphs, {p['eager_ttft_ms']} eager")
     norm = next(r for r in p["kernels"] if "rms_norm" in r["name"])
     assert norm["launches"] >= runner.c.num_layers and 0 < p["kernel_us"] <= p["step_us"]
     assert runner.blocks.num_free == runner.blocks.num_blocks

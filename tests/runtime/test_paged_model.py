@@ -104,3 +104,54 @@ def test_padding_rows_touch_nothing(tiny_engine):
     for i, layer in states.layers.items():
         others = [s for s in range(states.num_slots) if s != slot]
         assert torch.equal(layer.state[others], state_before[i][others])
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_5"])
+def test_padded_prefill_rows_touch_nothing(tiny_engine, family):
+    """A prefill chunk laid out over more token rows than it has (StepInputs.build's pad_tokens_to: a captured
+    prefill graph's tier): the rows past cu_q[-1] write no KV and no state, and the sequence's logits, KV and state
+    are the unpadded step's. Two chunks, so that the second reads the first's KV and state."""
+    engine = load_engine(tiny_engine(family))
+    c = engine.config
+    dtype = engine.weights["embed.weight"].dtype
+    rng = random.Random(2)
+    chunks = [tuple(rng.randrange(c.vocab_size) for _ in range(n)) for n in (5, 3)]
+    runs = []
+    for rows in (None, 8):
+        model = PagedModel(c, engine.weights)
+        kv, states = _pools(c, dtype)
+        blocks = BlockManager(kv.num_blocks, BLOCK)
+        slot = states.acquire() if states else -1
+        logits = []
+        for toks in chunks:
+            step = StepInputs.build(StepBatch((0,), (toks,), (slot,) if states else ()), blocks, MAX_BLOCKS,
+                                    pad_tokens_to=rows)
+            assert step.input_ids.shape[0] == (rows or len(toks)) and step.cu_q.tolist() == [0, len(toks)]
+            assert step.max_q_len == (rows or len(toks))
+            logits.append(model.forward(step, kv, states)[0])
+        runs.append((logits, kv, states, slot))
+    (want, kv, states, slot), (got, kv2, states2, _) = runs
+    for w, g in zip(want, got):
+        assert ((g - w).norm() / w.norm()).item() < 1e-6  # more rows may change the matmul's order
+    for a, b in zip(kv.layers, kv2.layers):
+        written = (a.k != 0).flatten(0, 1).flatten(1).any(dim=1)  # written: [slots] (block x offset)
+        assert torch.equal(written, (b.k != 0).flatten(0, 1).flatten(1).any(dim=1))  # the same 8 slots, no others
+        assert written.sum() == 8
+        assert ((b.k.float() - a.k.float()).norm() / a.k.float().norm()).item() < 1e-6
+    if states:
+        for i, layer in states.layers.items():
+            other = states2.layers[i]
+            assert ((other.state[slot] - layer.state[slot]).norm() / layer.state[slot].norm()).item() < 1e-5
+            rest = [s for s in range(states.num_slots) if s != slot]
+            assert torch.equal(other.state[rest], layer.state[rest]) and not other.state[rest].any()
+
+
+def test_pad_tokens_to_needs_room_and_no_padding_sequences():
+    blocks = BlockManager(8, BLOCK)
+    batch = StepBatch((0,), ((1, 2, 3),))
+    with pytest.raises(ValueError, match="pad_tokens_to 2"):
+        StepInputs.build(batch, blocks, MAX_BLOCKS, pad_tokens_to=2)
+    with pytest.raises(ValueError, match="pad_tokens_to 4"):
+        StepInputs.build(batch, blocks, MAX_BLOCKS, pad_to=2, pad_tokens_to=4)
+    step = StepInputs.build(batch, blocks, MAX_BLOCKS, pad_tokens_to=4)
+    assert step.slot_mapping.tolist()[3] == -1 and step.last_rows.tolist() == [2]
