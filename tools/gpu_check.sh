@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -368,6 +368,23 @@ if [ "$what" = session12 ]; then  # one H200 call (~9 minutes) for issue 6's mis
             bash "$0" decode
     else
         DECODE_CASES=qwen3.5-27b:nvfp4,llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_TIMEOUT=${S12_TIMEOUT:-450} \
+            bash "$0" decode
+    fi
+fi
+if [ "$what" = session14 ]; then  # the next session's first call (~9 minutes): the prefill graphs' GPU tests
+    # (prefillgraphs, written GPU-untested 2026-12-07, eleventh session) gate the rest; then on an H200 the 8B nvfp4
+    # with its transformers peer and the 27B bf16 hybrid (Atlas): issue 6's missing H200 figures; on an H100 the 8B
+    # nvfp4 and bf16 again (Atlas), for the TTFT from the prefill graphs (prefill_profile's ttft_ms against
+    # eager_ttft_ms; a 27B case takes most of a call)
+    PG_TIMEOUT=${S14_TEST_TIMEOUT:-200} bash "$0" prefillgraphs
+    if ! grep -q " passed" "$out/pytest_prefill_graphs_gpu.log" \
+            || grep -q "failed\|error" "$out/pytest_prefill_graphs_gpu.log"; then
+        echo "the prefill graphs' GPU tests did not pass: nothing measured"
+    elif nvidia-smi -L | grep -q H200; then
+        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=both DECODE_TIMEOUT=${S14_8B_TIMEOUT:-200} bash "$0" decode
+        DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=atlas DECODE_TIMEOUT=${S14_27B_TIMEOUT:-180} bash "$0" decode
+    else
+        DECODE_CASES=llama-3.1-8b:nvfp4,llama-3.1-8b:bfloat16 DECODE_PART=atlas DECODE_TIMEOUT=${S14_TIMEOUT:-330} \
             bash "$0" decode
     fi
 fi
