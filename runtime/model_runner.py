@@ -3,7 +3,7 @@
 Decode steps (one token a sequence) replay a CUDA graph captured per batch bucket over static step buffers
 (runtime/step.StepInputs): the whole step, from the embedding through every layer, the final norm, the LM head
 and the argmax. The smallest bucket that holds the batch is replayed; padding sequences write nothing (slot -1,
-context length 0). Prefill runs eagerly, in chunks of at most `prefill_chunk` tokens. The scheduler's choices
+context length 0). Prefill comes in chunks of at most `prefill_chunk` tokens. The scheduler's choices
 (who runs, which tokens) come in as StepBatch; nothing here decides policy.
 
 A prefill chunk of one sequence replays a graph too: one is captured per prefill tier (PREFILL_Q_LENS up to
