@@ -39,8 +39,11 @@ from atlas.runtime.state_pool import StatePool
 from atlas.runtime.step import StepBatch, StepInputs
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-PREFILL_Q_LENS = (2, 3, 4, 5, 8, 16, 64, 256, 512)
-"""Query lengths whose prefill-attention tiles the build compiles (each picks a tile; longer chunks take the last)."""
+PREFILL_Q_LENS = (2, 3, 4, 5, 8, 16, 32, 64, 128, 256, 384, 512)
+"""Query lengths whose prefill-attention tiles the build compiles (each picks a tile; longer chunks take the last),
+and the prefill tiers the runner captures a graph of: a chunk replays the shortest tier that holds it, so the tiers
+bound the rows a chunk pads (32, 128, 384: a 65-token chunk took the 256 tier's GEMMs, four times its rows). From 16
+tokens on every tier takes the same attention tile (prefill_config), so the longer tiers add graphs, not kernels."""
 
 
 @dataclass(frozen=True)

@@ -179,3 +179,23 @@ def test_a_shape_the_build_did_not_record_asks_for_a_rebuild(built):
                           device="meta", scales=[(1.0, 1.0)] * config.num_layers)
     with pytest.raises(EngineError, match="rebuild it with atlas-build --device cuda"):
         model.forward(synthetic_step(1, 1, options, "meta"), kv, None)
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3.5", "llama-3.1-8b"])
+def test_prefill_tiers_past_16_record_no_new_kernels(preset, monkeypatch):
+    """The runner captures a prefill graph per tier (runtime/model_runner.PREFILL_Q_LENS); the tiers added after
+    engines were first built (32, 128, 384) must need no kernel those engines lack: from 16 tokens on every chunk takes
+    the same attention tile, so the recorded instances are those of the first tiers."""
+    from atlas.build_engine.families import family_for
+    from atlas.build_engine.step_kernels import record_step_kernels
+    from atlas.runtime import model_runner
+    from atlas.tools.synthetic import text_config
+    from atlas.tools.synthetic_presets import PRESETS
+
+    hf = text_config(PRESETS[preset])
+    config = family_for(hf).canonical_config(hf, {}, set())
+    options = RunnerOptions(max_batch=8, max_seq_len=1024)
+    assert {32, 128, 384} <= set(model_runner.prefill_tiers(options))
+    now = set(record_step_kernels(config, options).instances)
+    monkeypatch.setattr(model_runner, "PREFILL_Q_LENS", (2, 3, 4, 5, 8, 16, 64, 256, 512))
+    assert set(record_step_kernels(config, options).instances) == now

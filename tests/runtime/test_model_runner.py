@@ -105,7 +105,8 @@ def test_prefill_graphs_equal_eager(gpu_engine):
     """A one-sequence prefill chunk replays its tier's graph: the logits are bit for bit the eager step laid out over
     the same padded rows (the same kernels), and within bf16 noise of the unpadded eager step (other M, so other
     GEMM kernels), as is the KV it writes. Chunk lengths hit every kind of tier: exact (5, 16), padded (11 -> 16,
-    40 -> 64, 300 -> 512), and a second chunk over the first's KV (and state). Three runners, each its own pools."""
+    40 -> 64, 100 -> 128, 300 -> 384), and a second chunk over the first's KV (and state). Three runners, each its
+    own pools."""
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner, prefill_tiers
     from atlas.runtime.step import StepBatch, StepInputs
@@ -117,7 +118,7 @@ def test_prefill_graphs_equal_eager(gpu_engine):
     eager.capture(prefill=False)
     assert tuple(sorted(graphs.prefill_graphs)) == prefill_tiers(graphs.options) and not eager.prefill_graphs
     worst = 0.0
-    for seq, lens in enumerate([(5,), (16,), (11,), (40,), (300,), (11, 40)]):
+    for seq, lens in enumerate([(5,), (16,), (11,), (40,), (100,), (300,), (11, 40)]):
         prompt = _prompts(engine.config.vocab_size, [sum(lens)], seed=seq)[0]
         done = 0
         for n in lens:
