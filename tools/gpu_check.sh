@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -406,6 +406,10 @@ if [ "$what" = prefillgraphs ]; then  # the prefill graphs (written 2026-12-07, 
     timeout ${PG_TIMEOUT:-280} python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/runtime/test_model_runner.py \
         tests/runtime/test_bench.py -k "${PG_K:-prefill_graphs and (tiny-qwen3.5-bfloat16 or tiny-llama-fp8) or bench_runs}" \
         2>&1 | tee "$out/pytest_prefill_graphs_gpu.log" | grep -a "passed\|failed\|Error\|error ratio\|TTFT\|assert" | tail -20
+fi
+if [ "$what" = wknorm ]; then  # where the 8B's fused-norm WK GEMVs spend their time (~2 minutes): plain, with the
+    # norm, and the bytes' read ceiling, each WK candidate at M 1 (tools/dev/wk_norm_parts.py)
+    timeout ${WKNORM_TIMEOUT:-200} python3 -m atlas.tools.dev.wk_norm_parts 2>&1 | tee "$out/wk_norm_parts.log" | tail -25
 fi
 if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels, GDN ops, runner, bench)
     DECODEOPS_TIMEOUT=80 bash "$0" decodeops
