@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|m32rows|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -410,6 +410,10 @@ fi
 if [ "$what" = wknorm ]; then  # where the 8B's fused-norm WK GEMVs spend their time (~2 minutes): plain, with the
     # norm, and the bytes' read ceiling, each WK candidate at M 1 (tools/dev/wk_norm_parts.py)
     timeout ${WKNORM_TIMEOUT:-200} python3 -m atlas.tools.dev.wk_norm_parts 2>&1 | tee "$out/wk_norm_parts.log" | tail -25
+fi
+if [ "$what" = m32rows ]; then  # at M 24 / 32 / 48: the shipped M-64 NVFP4 GEMM against M-16 GEMVs over the rows
+    # (~2 minutes, tools/dev/nvfp4_m32_rows.py): whether decode's batch-32 bucket should run GEMVs
+    timeout ${M32_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_m32_rows 2>&1 | tee "$out/nvfp4_m32_rows.log" | tail -20
 fi
 if [ "$what" = decodetests ]; then  # every GPU test of the decode path (kernels, GDN ops, runner, bench)
     DECODEOPS_TIMEOUT=80 bash "$0" decodeops
