@@ -400,11 +400,13 @@ if [ "$what" = session13 ]; then  # one call: on an H200, session12's H200 measu
             | tee "$out/bench_gemm_h100.log" | tail -30
     fi
 fi
-if [ "$what" = prefillgraphs ]; then  # the prefill graphs (written 2026-12-07, eleventh session): graph against eager
-    # over the same padded rows (bits) and against the unpadded eager step, on a hybrid and a dense tiny engine; the
-    # bench's prefill_profile with and without them
-    timeout ${PG_TIMEOUT:-280} python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/runtime/test_model_runner.py \
-        tests/runtime/test_bench.py -k "${PG_K:-prefill_graphs and (tiny-qwen3.5-bfloat16 or tiny-llama-fp8) or bench_runs}" \
+if [ "$what" = prefillgraphs ]; then  # the prefill graphs (written 2026-12-07, eleventh session): the attention and
+    # GDN ops over a chunk padded to a tier (bf16, against the reference; the fp32 forms pass in the interpreter), graph
+    # against eager over the same padded rows (bits) and against the unpadded eager step, on a hybrid and a dense tiny
+    # engine; the bench's prefill_profile with and without them
+    timeout ${PG_TIMEOUT:-280} python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/runtime/test_cuda_ops_attention.py \
+        tests/runtime/test_cuda_ops_gdn.py tests/runtime/test_model_runner.py tests/runtime/test_bench.py \
+        -k "${PG_K:-padded_to_a_tier or prefill_graphs and (tiny-qwen3.5-bfloat16 or tiny-llama-fp8) or bench_runs}" \
         2>&1 | tee "$out/pytest_prefill_graphs_gpu.log" | grep -a "passed\|failed\|Error\|error ratio\|TTFT\|assert" | tail -20
 fi
 if [ "$what" = wknorm ]; then  # where the 8B's fused-norm WK GEMVs spend their time (~2 minutes): plain, with the

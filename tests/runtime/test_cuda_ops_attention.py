@@ -69,11 +69,13 @@ DTYPES = [pytest.param(torch.float32, id="fp32"),
 
 
 def _compare(kind: str, act: torch.dtype, cached: list[int], new: list[int], pad_to: int | None, splits: int,
-             seed: int) -> None:
-    """Sequences holding `cached` tokens bring `new` tokens each: CudaOps on DEV against ReferenceOps on the CPU."""
+             seed: int, pad_tokens_to: int | None = None) -> None:
+    """Sequences holding `cached` tokens bring `new` tokens each: CudaOps on DEV against ReferenceOps on the CPU.
+    pad_tokens_to: the step laid out over that many rows, those past the last sequence in none (a prefill graph's
+    tier)."""
     c = _config(kind)
     g = torch.Generator().manual_seed(seed)
-    step = _step(cached, new, pad_to, "cpu")
+    step = _step(cached, new, pad_to, "cpu", pad_tokens_to)
     shape = (BLOCKS, BLOCK, c.num_kv_heads, c.head_dim)
     k, v = torch.randn(shape, generator=g).to(act), torch.randn(shape, generator=g).to(act)
     T = step.input_ids.numel()
@@ -86,7 +88,7 @@ def _compare(kind: str, act: torch.dtype, cached: list[int], new: list[int], pad
     ref = ReferenceOps(c).attention(qkv, ref_kv, step, *norms)
     dev_kv = LayerKV(k.to(DEV), v.to(DEV), one.to(DEV), one.to(DEV))
     ops = CudaOps(c, None, device=DEV, num_splits=splits, pdl=False, max_batch=8)
-    out = ops.attention(qkv.to(DEV), dev_kv, _step(cached, new, pad_to, DEV),
+    out = ops.attention(qkv.to(DEV), dev_kv, _step(cached, new, pad_to, DEV, pad_tokens_to),
                         *(n.to(DEV) if n is not None else None for n in norms))
 
     tol = FP32_TOL if act == torch.float32 else BF16_TOL
@@ -107,14 +109,14 @@ def _compare(kind: str, act: torch.dtype, cached: list[int], new: list[int], pad
     assert not ops.decode_counters.any()
 
 
-def _step(cached: list[int], new: list[int], pad_to: int | None, device) -> StepInputs:
+def _step(cached: list[int], new: list[int], pad_to: int | None, device, pad_tokens_to: int | None = None) -> StepInputs:
     """Sequences 0.. holding `cached` tokens (their blocks taken in order from a fresh pool) bring `new` tokens."""
     blocks = BlockManager(BLOCKS, BLOCK)
     for s, n in enumerate(cached):
         if n:
             blocks.extend(s, n)
     return StepInputs.build(StepBatch(tuple(range(len(new))), tuple((1,) * n for n in new)), blocks, MAX_BLOCKS,
-                            device=device, pad_to=pad_to)
+                            device=device, pad_to=pad_to, pad_tokens_to=pad_tokens_to)
 
 
 @pytest.mark.parametrize("act", DTYPES)
@@ -131,3 +133,13 @@ def test_decode_step_matches_the_reference(kind, act, splits):
 def test_prefill_chunks_match_the_reference(kind, act):
     """A 13-token chunk after 9 cached tokens beside a first chunk of 6: qkv_rope then the varlen prefill."""
     _compare(kind, act, [9, 0], [13, 6], None, 1, seed=7)
+
+
+@pytest.mark.parametrize("act", DTYPES)
+@pytest.mark.parametrize("kind", ["llama", "qwen3.5"])
+def test_prefill_chunk_padded_to_a_tier_matches_the_reference(kind, act):
+    """A 13-token chunk after 9 cached tokens laid out over 32 rows (a prefill graph's tier; rows 13.. in no
+    sequence, slot -1, the attention tile picked for 32): the real rows as the reference's, no other slot written."""
+    step = _step([9], [13], None, "cpu", 32)
+    assert step.input_ids.numel() == 32 and step.cu_q.tolist() == [0, 13] and step.max_q_len == 32
+    _compare(kind, act, [9], [13], None, 1, seed=8, pad_tokens_to=32)

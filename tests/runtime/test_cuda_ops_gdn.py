@@ -98,20 +98,23 @@ def _pool(act: torch.dtype, gen: torch.Generator):
     return pool
 
 
-def _step(lens: list[int], slots: list[int], pad_to: int | None, device) -> StepInputs:
+def _step(lens: list[int], slots: list[int], pad_to: int | None, device, pad_tokens_to: int | None = None) -> StepInputs:
     batch = StepBatch(tuple(range(len(lens))), tuple((0,) * n for n in lens), tuple(slots))
-    return StepInputs.build(batch, BlockManager(64, 16), 16, device=device, pad_to=pad_to)
+    return StepInputs.build(batch, BlockManager(64, 16), 16, device=device, pad_to=pad_to,
+                            pad_tokens_to=pad_tokens_to)
 
 
 
 
 
-def _run_and_compare(act: torch.dtype, lens: list[int], slots: list[int], pad_to: int | None, seed: int):
-    """CudaOps.gdn on DEV and ReferenceOps.gdn on the CPU over the same step; compares what the step owns."""
+def _run_and_compare(act: torch.dtype, lens: list[int], slots: list[int], pad_to: int | None, seed: int,
+                     pad_tokens_to: int | None = None):
+    """CudaOps.gdn on DEV and ReferenceOps.gdn on the CPU over the same step; compares what the step owns.
+    pad_tokens_to: the step laid out over that many rows, those past the last sequence in none."""
     gen = torch.Generator().manual_seed(seed)
     weights = _weights(act, gen)
     pool_cpu = _pool(act, gen)
-    step_cpu = _step(lens, slots, pad_to, "cpu")
+    step_cpu = _step(lens, slots, pad_to, "cpu", pad_tokens_to)
     T = step_cpu.input_ids.numel()
     proj = torch.randn(T, CONFIG.gdn_in_proj_size, generator=gen).to(act)  # proj: [T, q | k | v | z | b | a]
     before_window, before_state = pool_cpu.window.clone(), pool_cpu.state.clone()
@@ -120,7 +123,7 @@ def _run_and_compare(act: torch.dtype, lens: list[int], slots: list[int], pad_to
     pool.window.copy_(before_window)
     pool.state.copy_(before_state)
     out = CudaOps(CONFIG, None, device=DEV).gdn(proj.to(DEV), _layer(weights, DEV), pool,
-                                                _step(lens, slots, pad_to, DEV))
+                                                _step(lens, slots, pad_to, DEV, pad_tokens_to))
     ref = ReferenceOps(CONFIG).gdn(proj, _layer(weights, "cpu"), pool_cpu, step_cpu)
 
     tol = FP32_TOL if act == torch.float32 else BF16_TOL
@@ -155,3 +158,13 @@ def test_prefill_chunks_continue_from_their_slots(act, lens, slots):
     the padded plan is empty); a decode token beside two chunks (max_q_len > 1 takes this path for all three).
     The conv, the chunked delta rule and the gated norm."""
     _run_and_compare(act, lens, slots, None, seed=1)
+
+
+@pytest.mark.parametrize("act", DTYPES)
+def test_prefill_chunk_padded_to_a_tier_matches_the_reference(act):
+    """A 70-token chunk laid out over 128 rows (a prefill graph's tier: rows 70.. in no sequence; max_q_len 128 sizes
+    the chunk plan, two chunk rows of which hold tokens): the real rows, the slot's state and window as the
+    reference's, no other slot touched."""
+    step = _step([70], [3], None, "cpu", 128)
+    assert step.input_ids.numel() == 128 and step.cu_q.tolist() == [0, 70] and step.max_q_len == 128
+    _run_and_compare(act, [70], [3], None, seed=2, pad_tokens_to=128)
