@@ -255,8 +255,11 @@ class ModelRunner:
 
     def capture(self, buckets: tuple[int, ...] | None = None, prefill: bool = True) -> None:
         """Capture one decode graph per batch bucket (default: all), then (prefill) one graph per prefill tier, the
-        longest first, all of these in one memory pool (one prefill runs at a time; only their outputs stay).
-        Each after a warm-up launch, off the default stream."""
+        longest first, the prefill graphs in one memory pool. Each after a warm-up launch, off the default stream.
+
+        The pool is shared because one prefill runs at a time: a later capture may place its buffers where an
+        earlier graph keeps its intermediates, so a prefill graph's outputs (its ids, its logits) hold until the next
+        prefill replay, which `step` and `logits` promise anyway (the next step overwrites them)."""
         for bucket in buckets or self.options.buckets:
             self.graphs[bucket] = self._capture(synthetic_step(bucket, 1, self.options, "cuda"), bucket, feed=True)
             self._fed.pop(bucket, None)
