@@ -372,20 +372,17 @@ if [ "$what" = session12 ]; then  # one H200 call (~9 minutes) for issue 6's mis
     fi
 fi
 if [ "$what" = session14 ]; then  # the next session's first call (~9 minutes): the prefill graphs' GPU tests
-    # (prefillgraphs, written GPU-untested 2026-12-07, eleventh session) gate the rest; then on an H200 the 8B nvfp4
-    # with its transformers peer and the 27B bf16 hybrid (Atlas): issue 6's missing H200 figures; on an H100 the 8B
-    # nvfp4 and bf16 again (Atlas), for the TTFT from the prefill graphs (prefill_profile's ttft_ms against
-    # eager_ttft_ms; a 27B case takes most of a call)
-    PG_TIMEOUT=${S14_TEST_TIMEOUT:-200} bash "$0" prefillgraphs
+    # (prefillgraphs, written GPU-untested 2026-12-07, eleventh session; three tiny engines to build) gate the rest; then
+    # the 8B nvfp4: on an H200 with its transformers peer (issue 6's goal figure and the 8B peer of decode.json), on an
+    # H100 Atlas alone (the TTFT from the prefill graphs: prefill_profile's ttft_ms against eager_ttft_ms). The 27B bf16
+    # on the H200 next, a call of its own: DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=both
+    PG_TIMEOUT=${S14_TEST_TIMEOUT:-250} bash "$0" prefillgraphs
     if ! grep -q " passed" "$out/pytest_prefill_graphs_gpu.log" \
             || grep -q "failed\|error" "$out/pytest_prefill_graphs_gpu.log"; then
         echo "the prefill graphs' GPU tests did not pass: nothing measured"
-    elif nvidia-smi -L | grep -q H200; then
-        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=both DECODE_TIMEOUT=${S14_8B_TIMEOUT:-200} bash "$0" decode
-        DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=atlas DECODE_TIMEOUT=${S14_27B_TIMEOUT:-180} bash "$0" decode
     else
-        DECODE_CASES=llama-3.1-8b:nvfp4,llama-3.1-8b:bfloat16 DECODE_PART=atlas DECODE_TIMEOUT=${S14_TIMEOUT:-330} \
-            bash "$0" decode
+        part=atlas; nvidia-smi -L | grep -q H200 && part=both
+        DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=$part DECODE_TIMEOUT=${S14_DECODE_TIMEOUT:-300} bash "$0" decode
     fi
 fi
 if [ "$what" = session13 ]; then  # one call: on an H200, session12's H200 measurements without its tests (they passed
