@@ -377,8 +377,10 @@ if [ "$what" = session14 ]; then  # the next session's first call (~9 minutes): 
     # H100 Atlas alone (the TTFT from the prefill graphs: prefill_profile's ttft_ms against eager_ttft_ms). The 27B bf16
     # on the H200 next, a call of its own: DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=both
     PG_TIMEOUT=${S14_TEST_TIMEOUT:-250} bash "$0" prefillgraphs
-    if ! grep -q " passed" "$out/pytest_prefill_graphs_gpu.log" \
-            || grep -q "failed\|error" "$out/pytest_prefill_graphs_gpu.log"; then
+    # pytest's summary line (the -s output has "error ratio" lines of its own; a timeout leaves no summary)
+    summary=$(grep -aE "^[0-9]+ (passed|failed|error)" "$out/pytest_prefill_graphs_gpu.log" | tail -1)
+    echo "prefill graphs' GPU tests: ${summary:-no summary (timed out?)}"
+    if ! echo "$summary" | grep -q "passed" || echo "$summary" | grep -q "failed\|error"; then
         echo "the prefill graphs' GPU tests did not pass: nothing measured"
     else
         part=atlas; nvidia-smi -L | grep -q H200 && part=both
