@@ -215,10 +215,9 @@ class ModelRunner:
                              f"got {q}; split the prompt into chunks")
         bucket = self._bucket(len(batch.seq_ids))
         batch = self._with_slots(batch)
-        tier = next((t for t in sorted(self.prefill_graphs) if t >= q), None) if len(batch.seq_ids) == 1 else None
         if q == 1 and bucket in self.graphs:
             ids = self._replay(batch, bucket, keep_ids=False)
-        elif q > 1 and tier is not None:
+        elif q > 1 and len(batch.seq_ids) == 1 and (tier := self._prefill_tier(q)) is not None:
             graph, static, ids, self.logits = self.prefill_graphs[tier]
             StepInputs.build(batch, self.blocks, self.options.max_blocks, "cpu", pin=True,
                              pad_tokens_to=tier).copy_into(static)
@@ -227,6 +226,10 @@ class ModelRunner:
             step = StepInputs.build(batch, self.blocks, self.options.max_blocks, "cuda")
             ids, self.logits = self._forward(step, bucket)
         return ids[:len(batch.seq_ids)].tolist()
+
+    def _prefill_tier(self, q: int) -> int | None:
+        """The shortest captured prefill tier that holds a chunk of q tokens (None: none does)."""
+        return min((t for t in self.prefill_graphs if t >= q), default=None)
 
     def decode(self, seq_ids: tuple[int, ...], tokens: tuple[int, ...] | None = None) -> "PendingTokens":
         """Enqueue one greedy decode step of `seq_ids` without waiting for the GPU; its tokens come from the result.

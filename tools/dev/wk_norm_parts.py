@@ -8,8 +8,8 @@ the copy bandwidth (tools/results/decode_h100.json's profile), and the look-ahea
 that (the search kept neither for these shapes). Three timings a config split it: the plain WK GEMV (no norm), the
 same with the norm (the tail: a counter, then the last program normalizes the row), and a read-only kernel over
 the same bytes (tools/bench/read.py: what the bytes cost alone), every one chained with PDL in CUDA-graph replays
-over rotated weight copies, as engines launch them. The configs are the build's WK candidates at M 1
-(build_engine/linear_kernels.wk_candidates); each output is checked against the fp32 reference first.
+over rotated weight copies, as engines launch them (variants.check_and_time: each output checked against the fp32
+reference first). The configs are the build's WK candidates at M 1 (build_engine/linear_kernels.wk_candidates).
 """
 from __future__ import annotations
 
@@ -24,9 +24,7 @@ def main() -> None:
     from atlas.build_engine.linear_kernels import wk_candidates
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     from atlas.tools.bench.read import read_ceiling
-    from atlas.tools.bench.timing import graph_time
-    from atlas.tools.bench_gemm import rel
-    from atlas.tools.dev.variants import nvfp4_tiled_copies, sweep_start
+    from atlas.tools.dev.variants import check_and_time, nvfp4_tiled_copies, sweep_start
 
     out_dir, _, bw, res = sweep_start("nvfp4")
     eps = 1e-5
@@ -39,30 +37,27 @@ def main() -> None:
         h = start.float() + y
         want = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
         total = nbytes + k * 2 + n * 2 * 3  # weights, x; the norm's residual read and write and its output
-        row = {"shape": name, "N": n, "K": k, "bytes": total, "read_ceiling": read_ceiling(total, bw), "configs": []}
-        for cfg in wk_candidates(1, n, k):
-            rec = {"config": cfg}
-            try:
-                rec["rel_error"] = rel(gemv.launch_nvfp4_gemv(x, *copies[0], cfg, pdl=True), y)
-                residual = start.clone()
-                out = gemv.launch_nvfp4_gemv(x, *copies[0], cfg, pdl=True, norm=(residual, weight, eps, 0.0))
-                rec["norm_rel_error"] = rel(out, want)
-                if max(rec["rel_error"], rec["norm_rel_error"]) < 1e-2:
-                    rec["us"] = graph_time([lambda qt=qt, cfg=cfg: gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True)
-                                            for qt in copies], repeats=20) * 1e6
-                    # the residual grows by x W^T each replay (in place, as in a step): bf16 has the range
-                    rec["norm_us"] = graph_time([lambda qt=qt, cfg=cfg: gemv.launch_nvfp4_gemv(
-                        x, *qt, cfg, pdl=True, norm=(residual, weight, eps, 0.0)) for qt in copies], repeats=20) * 1e6
-                    rec["bw_fraction"] = total / (rec["us"] * 1e-6) / bw
-                    rec["norm_bw_fraction"] = total / (rec["norm_us"] * 1e-6) / bw
-            except Exception as e:  # noqa: BLE001 — record and go on
-                rec["error"] = f"{type(e).__name__}: {e}"[:300]
-            row["configs"].append(rec)
-            c = {q: cfg[q] for q in ("BLOCK_K", "num_warps", "WK", "PRE", "LA") if q in cfg}
-            print(f"{name:20s} {c} plain {rec.get('us', 0):6.2f} us ({rec.get('bw_fraction', 0):.2f}), with norm "
-                  f"{rec.get('norm_us', 0):6.2f} us ({rec.get('norm_bw_fraction', 0):.2f}); read ceiling "
-                  f"{row['read_ceiling']:.2f}; errors {rec.get('rel_error', '-')}, {rec.get('norm_rel_error', '-')} "
-                  f"{rec.get('error', '')}", flush=True)
+        row = {"shape": name, "N": n, "K": k, "bytes": total, "read_ceiling": read_ceiling(total, bw)}
+        residual = start.clone()  # the norm form's residual stream: it grows by x W^T each replay, as in a step
+
+        def plain(cfg, qt):
+            return gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True)
+
+        def normed(cfg, qt):
+            return gemv.launch_nvfp4_gemv(x, *qt, cfg, pdl=True, norm=(residual, weight, eps, 0.0))
+
+        configs = wk_candidates(1, n, k)
+        row["plain"], _ = check_and_time(configs, plain, y, copies)
+        row["norm"] = []
+        for cfg in configs:  # one at a time: the error check needs the residual at its start
+            residual.copy_(start)
+            row["norm"] += check_and_time([cfg], normed, want, copies)[0]
+        for p, q in zip(row["plain"], row["norm"]):
+            c = {key: p[key] for key in ("BLOCK_K", "num_warps", "WK", "PRE", "LA") if key in p}
+            frac = [total / (r["us"] * 1e-6) / bw if "us" in r else 0.0 for r in (p, q)]
+            print(f"{name:20s} {c} plain {p.get('us', 0):6.2f} us ({frac[0]:.2f}), with norm {q.get('us', 0):6.2f} "
+                  f"us ({frac[1]:.2f}); read ceiling {row['read_ceiling']:.2f}; errors {p.get('rel_error', '-')}, "
+                  f"{q.get('rel_error', '-')} {p.get('error', '')}{q.get('error', '')}", flush=True)
         res["rows"].append(row)
         json.dump(res, open(f"{out_dir}/wk_norm_parts.json", "w"), indent=1)
         del copies, ref_w
