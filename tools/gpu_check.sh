@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|m32rows|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|m32rows|session15|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -387,6 +387,11 @@ if [ "$what" = session14 ]; then  # the next session's first call (~9 minutes): 
         DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=$part DECODE_TIMEOUT=${S14_DECODE_TIMEOUT:-300} bash "$0" decode
     fi
 fi
+if [ "$what" = session15 ]; then  # the two ~2-minute experiments before new kernel forms (2026-12-08): batch 32's
+    # M-64 GEMM against M-16 GEMVs over the rows (m32rows), then the fused-norm WK GEMV's parts (wknorm)
+    bash "$0" m32rows
+    bash "$0" wknorm
+fi
 if [ "$what" = session13 ]; then  # one call: on an H200, session12's H200 measurements without its tests (they passed
     # on the H100: tools/results/pytest_{attn,wk_la}_gpu_h100_s12.log): the 8B nvfp4 with its transformers peer, then
     # the 27B bf16 hybrid (Atlas). On an H100 (whose decode figures session12 just took): the GEMM / GEMV benchmark of
@@ -412,7 +417,7 @@ if [ "$what" = wknorm ]; then  # where the 8B's fused-norm WK GEMVs spend their 
     # norm, and the bytes' read ceiling, each WK candidate at M 1 (tools/dev/wk_norm_parts.py)
     timeout ${WKNORM_TIMEOUT:-200} python3 -m atlas.tools.dev.wk_norm_parts 2>&1 | tee "$out/wk_norm_parts.log" | tail -25
 fi
-if [ "$what" = m32rows ]; then  # at M 24 / 32 / 48: the shipped M-64 NVFP4 GEMM against M-16 GEMVs over the rows
+if [ "$what" = m32rows ]; then  # at M 24 / 32 / 48 / 64: the shipped M-64 NVFP4 GEMM against M-16 GEMVs over the rows
     # (~2 minutes, tools/dev/nvfp4_m32_rows.py): whether decode's batch-32 bucket should run GEMVs
     timeout ${M32_TIMEOUT:-200} python3 -m atlas.tools.dev.nvfp4_m32_rows 2>&1 | tee "$out/nvfp4_m32_rows.log" | tail -20
 fi
