@@ -27,10 +27,14 @@ Example:
 """
 
 
-def _load(engine_dir: Path, verify: bool):
+def _load(engine_dir: Path, verify: bool, prefill_graphs: bool = True):
     from atlas.runtime.generator import Generator
 
-    return Generator.load(engine_dir, verify_checksums=verify)
+    return Generator.load(engine_dir, verify_checksums=verify, prefill_graphs=prefill_graphs)
+
+
+EAGER_PREFILL_HELP = ("GPU engines: run prefill chunks eagerly instead of replaying CUDA graphs (less start-up time "
+                      "and graph memory, a longer time to first token). Decode steps are always graphs.")
 
 
 def _fail(e: Exception):
@@ -55,7 +59,8 @@ def main():
               help="Format the prompt with the engine's chat template [default: on when the engine has one].")
 @click.option("--system", default=None, help="System message for --chat.")
 @click.option("--no-verify", is_flag=True, help="Skip the SHA-256 check of the engine's files at load.")
-def generate(engine_dir, prompt, max_tokens, temperature, top_p, top_k, seed, chat, system, no_verify):
+@click.option("--eager-prefill", is_flag=True, help=EAGER_PREFILL_HELP)
+def generate(engine_dir, prompt, max_tokens, temperature, top_p, top_k, seed, chat, system, no_verify, eager_prefill):
     """Generate text from a prompt, streaming it to stdout; tokens/s goes to stderr."""
     from atlas.runtime.generator import SamplingParams
 
@@ -63,7 +68,7 @@ def generate(engine_dir, prompt, max_tokens, temperature, top_p, top_k, seed, ch
         # Check what the user typed before spending time on loading the engine.
         SamplingParams(max_tokens=max_tokens, temperature=temperature or 0.0,
                        top_p=1.0 if top_p is None else top_p, top_k=top_k or 0, seed=seed)
-        gen = _load(engine_dir, not no_verify)
+        gen = _load(engine_dir, not no_verify, prefill_graphs=not eager_prefill)
         defaults = gen.engine.generation_defaults
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -137,7 +142,8 @@ Example (an engine built with --device cuda):
 @click.option("--no-verify", is_flag=True, help="Skip the SHA-256 check of the engine's files at load.")
 @click.option("--profile", is_flag=True,
               help="Also profile the smallest batch's decode step: each GPU kernel's time a step, and the idle share.")
-def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_verify, profile):
+@click.option("--eager-prefill", is_flag=True, help=EAGER_PREFILL_HELP)
+def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_verify, profile, eager_prefill):
     """Decode speed of a GPU engine: TTFT, TPOT, tokens/s and the fraction of the memory-bandwidth floor."""
     import json
 
@@ -158,7 +164,7 @@ def bench(engine_dir, batch_sizes, prompt_len, gen_len, repeats, as_json, no_ver
         if max(sizes) > runner.options.buckets[-1]:
             _fail(ValueError(f"batch size {max(sizes)} exceeds the engine's --max-batch "
                              f"{runner.options.max_batch}; rebuild with a larger --max-batch"))
-        runner.capture()
+        runner.capture(prefill=not eager_prefill)
         result = run_bench(runner, sizes, prompt_len, gen_len, repeats)
         if profile:
             result["profile"] = kernel_profile(runner, min(sizes), prompt_len)

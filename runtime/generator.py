@@ -44,7 +44,9 @@ class Generator:
     (paged KV, the decode step replayed from its CUDA graph), one sequence at a time.
     """
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, prefill_graphs: bool = True):
+        """prefill_graphs (GPU engines): replay one-sequence prefill chunks from CUDA graphs (ModelRunner.capture);
+        False runs them eagerly, as atlas-run's --eager-prefill (less capture time and graph memory, a longer TTFT)."""
         self.engine = engine
         self.config = engine.config
         self.runner = None
@@ -52,7 +54,7 @@ class Generator:
             from atlas.runtime.model_runner import ModelRunner
 
             self.runner = ModelRunner(engine)
-            self.runner.capture(buckets=(1,))
+            self.runner.capture(buckets=(1,), prefill=prefill_graphs)
         else:
             self.model = Model(engine.config, engine.weights)
         self.tokenizer = EngineTokenizer(engine.path) if engine.has_tokenizer else None
@@ -61,13 +63,13 @@ class Generator:
         self.eos_ids = set(eos)
 
     @classmethod
-    def load(cls, path: str | Path, verify_checksums: bool = True) -> "Generator":
+    def load(cls, path: str | Path, verify_checksums: bool = True, prefill_graphs: bool = True) -> "Generator":
         from atlas.runtime.engine import read_manifest
 
         if read_manifest(Path(path)).get("target", {}).get("device") == "cuda":
             from atlas.runtime.cuda_engine import load_cuda_engine
 
-            return cls(load_cuda_engine(path, verify_checksums=verify_checksums))
+            return cls(load_cuda_engine(path, verify_checksums=verify_checksums), prefill_graphs=prefill_graphs)
         return cls(load_engine(path, verify_checksums=verify_checksums))
 
     def check_ids(self, token_ids: list[int]) -> None:

@@ -410,7 +410,7 @@ if [ "$what" = prefillgraphs ]; then  # the prefill graphs (written 2026-12-07, 
     # engine; the bench's prefill_profile with and without them
     timeout ${PG_TIMEOUT:-280} python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/runtime/test_cuda_ops_attention.py \
         tests/runtime/test_cuda_ops_gdn.py tests/runtime/test_model_runner.py tests/runtime/test_bench.py \
-        -k "${PG_K:-padded_to_a_tier or prefill_graphs and (tiny-qwen3.5-bfloat16 or tiny-llama-fp8) or bench_runs}" \
+        -k "${PG_K:-padded_to_a_tier or (prefill_graphs or eager_prefill) and (tiny-qwen3.5-bfloat16 or tiny-llama-fp8) or bench_runs}" \
         2>&1 | tee "$out/pytest_prefill_graphs_gpu.log" | grep -a "passed\|failed\|Error\|error ratio\|TTFT\|assert" | tail -20
 fi
 if [ "$what" = wknorm ]; then  # where the 8B's fused-norm WK GEMVs spend their time (~2 minutes): plain, with the

@@ -65,6 +65,14 @@ def test_generate_streams_the_answer(smollm2_engine):
 
 
 @pytest.mark.slow
+def test_eager_prefill_is_accepted_and_changes_nothing_on_the_cpu(smollm2_engine):
+    args = ["generate", smollm2_engine, "--prompt", "What is the capital of France?", "--max-tokens", "8"]
+    plain, eager = invoke(run_cli, *args), invoke(run_cli, *args, "--eager-prefill")
+    assert plain.exit_code == eager.exit_code == 0, eager.output
+    assert plain.stdout.strip() and plain.stdout == eager.stdout
+
+
+@pytest.mark.slow
 def test_sampling_is_seeded(smollm2_engine):
     args = ["generate", smollm2_engine, "--prompt", "Once upon a time", "--no-chat", "--max-tokens", "12",
             "--temperature", "0.9", "--top-p", "0.95", "--top-k", "50"]

@@ -144,6 +144,28 @@ def test_prefill_graphs_equal_eager(gpu_engine):
 
 
 @pytest.mark.gpu
+def test_generator_with_eager_prefill_answers_alike(gpu_engine):
+    """atlas-run's --eager-prefill (Generator(prefill_graphs=False)): no prefill graph captured, and the same greedy
+    tokens as the generator that replays them where a chunk fills its tier exactly (5, 16, 64, 128 tokens: the same
+    kernels at the same M, so the same bits; a padded chunk's logits differ in bf16 noise, see
+    test_prefill_graphs_equal_eager); a padded prompt (37 -> 64) generates too."""
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.generator import Generator, SamplingParams
+
+    path, _, _ = gpu_engine
+    engine = load_cuda_engine(path)
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+    with_graphs, eager = Generator(engine), Generator(engine, prefill_graphs=False)
+    assert with_graphs.runner.prefill_graphs and not eager.runner.prefill_graphs
+    for seed, n in enumerate((5, 16, 64, 128)):
+        assert n in with_graphs.runner.prefill_graphs
+        prompt = list(_prompts(engine.config.vocab_size, [n], seed=seed)[0])
+        assert list(with_graphs.generate(prompt, params)) == list(eager.generate(prompt, params)), f"prompt of {n}"
+    padded = list(_prompts(engine.config.vocab_size, [37], seed=9)[0])
+    assert len(list(with_graphs.generate(padded, params))) <= 8
+
+
+@pytest.mark.gpu
 def test_decode_without_tokens_continues_only_the_same_sequences(gpu_engine):
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
