@@ -194,11 +194,24 @@ class KernelTable:
             module = _check(cu, cu.cuModuleLoadData, kernel.cubin)
             function = _check(cu, cu.cuModuleGetFunction, module, kernel.entry["function"].encode())
             if kernel.entry["shared"] > STATIC_SHARED_LIMIT:
-                _check(cu, cu.cuFuncSetAttribute, function,
-                       cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                       kernel.entry["shared"])
+                self._prefer_shared(cu, function)
             kernel.function = function
         return kernel.function
+
+    @staticmethod
+    def _prefer_shared(cu, function) -> None:
+        """What Triton's launcher does to a kernel of more than 48 KB of shared memory (its driver.c loadBinary), so
+        that a cubin runs as the build timed it through Triton: the carveout preferring shared memory over L1, and
+        the device's opt-in limit as the most dynamic shared memory. Without the preference the driver may pick a
+        carveout that fits fewer programs an SM than Triton's launches had."""
+        attr = cu.CUfunction_attribute
+        _check(cu, cu.cuFuncSetCacheConfig, function, cu.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED)
+        device = _check(cu, cu.cuCtxGetDevice)
+        optin = _check(cu, cu.cuDeviceGetAttribute,
+                       cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+        static = _check(cu, cu.cuFuncGetAttribute, attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function)
+        _check(cu, cu.cuFuncSetAttribute, function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+               optin - static)
 
     def grid(self, name: str, *args) -> tuple[int, int, int]:
         """The grid `launch` uses when given none: the formula over the int args, else the build-time grid."""

@@ -121,6 +121,35 @@ def test_table_loads_and_evaluates_grids_without_a_gpu(engine):
     assert kernels.grid(f"matmul.bf16.M{M}.N{N}.K{K}", None, None, None, 4096, 1024, 64) == (32, 8, 1)
 
 
+def test_large_shared_kernels_load_as_triton_loads_them():
+    """A kernel over 48 KB of shared memory gets what Triton's launcher gives it (driver.c loadBinary): the cache
+    preference for shared memory and the device's opt-in limit less its static shared memory as its most dynamic
+    shared memory; checked on a stand-in driver that records the calls (the GPU tests launch the real ones)."""
+    from types import SimpleNamespace as NS
+
+    ok, calls = object(), []
+
+    def call(name, *result):  # a driver function: records its arguments, returns CUDA_SUCCESS and its result
+        def f(*args):
+            calls.append((name, *args))
+            return (ok, *result)
+        f.__name__ = name
+        return f
+
+    cu = NS(CUresult=NS(CUDA_SUCCESS=ok),
+            CUfunction_attribute=NS(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES="static",
+                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max dynamic"),
+            CUfunc_cache=NS(CU_FUNC_CACHE_PREFER_SHARED="prefer shared"),
+            CUdevice_attribute=NS(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN="optin"),
+            cuFuncSetCacheConfig=call("cuFuncSetCacheConfig"), cuCtxGetDevice=call("cuCtxGetDevice", 0),
+            cuDeviceGetAttribute=call("cuDeviceGetAttribute", 232448),
+            cuFuncGetAttribute=call("cuFuncGetAttribute", 1024), cuFuncSetAttribute=call("cuFuncSetAttribute"))
+    KernelTable._prefer_shared(cu, "fn")
+    assert ("cuFuncSetCacheConfig", "fn", "prefer shared") in calls
+    assert ("cuDeviceGetAttribute", "optin", 0) in calls and ("cuFuncGetAttribute", "static", "fn") in calls
+    assert ("cuFuncSetAttribute", "fn", "max dynamic", 232448 - 1024) in calls
+
+
 def _other_arch(table):
     return 80
 
