@@ -403,6 +403,84 @@ def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], 
     return table, plan
 
 
+def plan_item(fmt: str, bucket: int, n: int, k: int, cfg: dict, add, tune: bool, silu: bool = False,
+              norm_offset: int | None = None) -> dict:
+    """The plan entry of one (format, M bucket, N, K) for its chosen config: the kernels it launches, each given to
+    add(signature, name, grid) (which records the kernel to compile and returns its name). silu: a gate_up
+    projection (its GEMV bucket also gets the SiLU-mul forms); norm_offset: a projection into the residual stream
+    (its GEMV bucket also gets the add + RMSNorm forms, for a norm weight of that offset), None otherwise."""
+    from atlas.plugins_trt.quant_linear import triton_gemm as gemm
+    from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+
+    tag = "_".join(f"{v}" for v in cfg.values())
+    item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None,
+            "kernel_silu": None, "reduce_norm": None, "kernel_norm": None, "quant": None, "perm": None}
+    if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
+        from atlas.plugins_trt.quant_linear import gluon_streamk
+        item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
+                             f"nvfp4_gemv_streamk.{n}x{k}.{tag}", gluon_streamk.grid_streamk(cfg))
+    elif bucket in GEMV_BUCKETS:
+        # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
+        sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
+        item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
+        if silu and gemv.fuses_silu_gemv(cfg, n):  # the WK GEMV ending in SiLU-mul
+            item["kernel_silu"] = add(gemv.signature_nvfp4_gemv(cfg, n, k, pdl=True, silu=True),
+                                      f"{fmt}_gemv_silu.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
+        if norm_offset is not None and gemv.fuses_norm_gemv(cfg, n):  # ... in the add + RMSNorm
+            item["kernel_norm"] = add(gemv.signature_nvfp4_gemv_wk_norm(cfg, n, k, norm_offset, pdl=True),
+                                      f"{fmt}_gemv_norm.{n}x{k}.{norm_offset}.{tag}", (n // cfg["BLOCK_N"], 1, 1))
+    elif cfg.get("SK"):  # a persistent form (wgmma, or RS): x permuted, the kernel, the reduction
+        from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
+        if cfg.get("WS"):
+            item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_rs_sk(cfg, n, k), f"nvfp4_rs_sk.{n}x{k}.{tag}",
+                                 (cfg["SK"], 1, 1))
+        else:
+            item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma_sk(cfg, n, k),
+                                 f"nvfp4_wgmma_sk.{n}x{k}.{tag}", (cfg["SK"], 1, 1))
+        if not cfg.get("FIX"):
+            item["reduce"] = add(gluon_gemm.signature_sk_reduce(cfg, n, k), f"sk_reduce.{n}x{k}.{tag}",
+                                 gluon_gemm.grid_sk_reduce(cfg, bucket, n))
+    elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
+        from atlas.plugins_trt.quant_linear import gluon_gemm
+        item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",
+                             gluon_gemm.grid_wgmma(cfg, bucket, n))
+    elif cfg.get("WS"):  # x as given (NAT) or permuted (gluon_ws.x_operand), then the kernel
+        from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
+        item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_ws(cfg, n, k), f"nvfp4_ws.{n}x{k}.{tag}",
+                             gluon_gemm.grid_wgmma(cfg, bucket, n))
+    elif cfg.get("DEQUANT"):  # nvfp4 rows -> bf16 workspace, then cuBLAS (gemm.nvfp4_dequant_linear)
+        rows = min(gemm.dequant_rows(cfg, k), n)
+        item["rows"] = rows
+        item["kernel"] = add(gemm.signature_nvfp4_dequant(cfg, n, k), f"nvfp4_dequant.{n}x{k}.{tag}",
+                             gemm.grid_nvfp4_dequant(cfg, rows, k))
+    else:
+        if not cfg.get("CUBLAS"):  # fp8 CUBLAS: only the activation quantization is an Atlas kernel
+            sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
+            item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))
+        if fmt == "fp8":
+            qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
+            item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
+                                gemm.grid_quantize_rows_fp8(qcfg, bucket))
+    if cfg.get("SPLIT_K", 1) > 1:  # fp32 partials, summed (+ bias) by the split-K reduction
+        rcfg = gemv.CONFIGS_splitk_reduce[0]
+        rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
+        item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
+                             gemv.grid_splitk_reduce(rcfg, bucket, n))
+        if bucket in GEMV_BUCKETS and silu:  # CudaLinear.fuses_silu
+            ssig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n // 2, pdl=True, silu=True)
+            item["reduce_silu"] = add(ssig, f"splitk_reduce_silu.{cfg['SPLIT_K']}x{n // 2}",
+                                      gemv.grid_splitk_reduce(rcfg, bucket, n // 2))
+        if bucket in GEMV_BUCKETS and norm_offset is not None:  # CudaLinear.fuses_norm
+            nsig = gemv.signature_splitk_reduce_norm(cfg["SPLIT_K"], n, norm_offset, pdl=True)
+            item["reduce_norm"] = add(nsig, f"splitk_reduce_norm.{cfg['SPLIT_K']}x{n}.{norm_offset}",
+                                      (bucket, 1, 1))
+    if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
+        bk = cfg["BLOCK_K"]
+        item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
+                           gemm.grid_permute_k(bk, bucket, k))
+    return item
+
+
 def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune: bool,
                        candidates_per_bucket: int = CANDIDATES_PER_BUCKET, cache=None) -> tuple[list, dict]:
     """Choose and compile (without writing) every kernel the quantized linears need: (compiled, plan).
@@ -458,77 +536,12 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                          time.perf_counter() - t0)
     else:
         chosen.update({c: cands[0] for c, cands in todo.items()})
-    items = {}
-    for fmt, bucket, n, k in cases:
-        cfg = chosen[(fmt, bucket, n, k)]
-        tag = "_".join(f"{v}" for v in cfg.values())
-        item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None,
-                "kernel_silu": None, "reduce_norm": None, "kernel_norm": None, "quant": None, "perm": None}
-        if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
-            from atlas.plugins_trt.quant_linear import gluon_streamk
-            item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
-                                 f"nvfp4_gemv_streamk.{n}x{k}.{tag}", gluon_streamk.grid_streamk(cfg))
-        elif bucket in GEMV_BUCKETS:
-            # programmatic dependent launch: the GEMV's launch and ramp-up overlap the kernel before it
-            sig = (gemv.signature_nvfp4_gemv if fmt == "nvfp4" else gemv.signature_fp8_gemv)(cfg, n, k, pdl=True)
-            item["kernel"] = add(sig, f"{fmt}_gemv.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
-            if (fmt, n, k) in silu_shapes and gemv.fuses_silu_gemv(cfg, n):  # the WK GEMV ending in SiLU-mul
-                item["kernel_silu"] = add(gemv.signature_nvfp4_gemv(cfg, n, k, pdl=True, silu=True),
-                                          f"{fmt}_gemv_silu.{n}x{k}.{tag}", gemv.grid_gemv(cfg, n))
-            if (fmt, n, k) in norm_shapes and gemv.fuses_norm_gemv(cfg, n):  # ... in the add + RMSNorm
-                offset = int(config.norm_offset)
-                item["kernel_norm"] = add(gemv.signature_nvfp4_gemv_wk_norm(cfg, n, k, offset, pdl=True),
-                                          f"{fmt}_gemv_norm.{n}x{k}.{offset}.{tag}", (n // cfg["BLOCK_N"], 1, 1))
-        elif cfg.get("SK"):  # a persistent form (wgmma, or RS): x permuted, the kernel, the reduction
-            from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
-            if cfg.get("WS"):
-                item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_rs_sk(cfg, n, k), f"nvfp4_rs_sk.{n}x{k}.{tag}",
-                                     (cfg["SK"], 1, 1))
-            else:
-                item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma_sk(cfg, n, k),
-                                     f"nvfp4_wgmma_sk.{n}x{k}.{tag}", (cfg["SK"], 1, 1))
-            if not cfg.get("FIX"):
-                item["reduce"] = add(gluon_gemm.signature_sk_reduce(cfg, n, k), f"sk_reduce.{n}x{k}.{tag}",
-                                     gluon_gemm.grid_sk_reduce(cfg, bucket, n))
-        elif cfg.get("WGMMA"):  # x permuted into the decode's k order (gluon_gemm.permute_k), then the kernel
-            from atlas.plugins_trt.quant_linear import gluon_gemm
-            item["kernel"] = add(gluon_gemm.signature_nvfp4_gemm_wgmma(cfg, n, k), f"nvfp4_wgmma.{n}x{k}.{tag}",
-                                 gluon_gemm.grid_wgmma(cfg, bucket, n))
-        elif cfg.get("WS"):  # x as given (NAT) or permuted (gluon_ws.x_operand), then the kernel
-            from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
-            item["kernel"] = add(gluon_ws.signature_nvfp4_gemm_ws(cfg, n, k), f"nvfp4_ws.{n}x{k}.{tag}",
-                                 gluon_gemm.grid_wgmma(cfg, bucket, n))
-        elif cfg.get("DEQUANT"):  # nvfp4 rows -> bf16 workspace, then cuBLAS (gemm.nvfp4_dequant_linear)
-            rows = min(gemm.dequant_rows(cfg, k), n)
-            item["rows"] = rows
-            item["kernel"] = add(gemm.signature_nvfp4_dequant(cfg, n, k), f"nvfp4_dequant.{n}x{k}.{tag}",
-                                 gemm.grid_nvfp4_dequant(cfg, rows, k))
-        else:
-            if not cfg.get("CUBLAS"):  # fp8 CUBLAS: only the activation quantization is an Atlas kernel
-                sig = (gemm.signature_nvfp4_gemm if fmt == "nvfp4" else gemm.signature_fp8_gemm)(cfg, n, k)
-                item["kernel"] = add(sig, f"{fmt}_gemm.{n}x{k}.{tag}", gemm.grid_gemm(cfg, bucket, n))
-            if fmt == "fp8":
-                qcfg = gemm.CONFIGS_quantize_rows_fp8[0]
-                item["quant"] = add(gemm.signature_quantize_rows_fp8(qcfg, k), f"quantize_rows_fp8.{k}",
-                                    gemm.grid_quantize_rows_fp8(qcfg, bucket))
-        if cfg.get("SPLIT_K", 1) > 1:  # fp32 partials, summed (+ bias) by the split-K reduction
-            rcfg = gemv.CONFIGS_splitk_reduce[0]
-            rsig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n, pdl=True)
-            item["reduce"] = add(rsig, f"splitk_reduce.{cfg['SPLIT_K']}x{n}",
-                                 gemv.grid_splitk_reduce(rcfg, bucket, n))
-            if bucket in GEMV_BUCKETS and (fmt, n, k) in silu_shapes:  # CudaLinear.fuses_silu
-                ssig = gemv.signature_splitk_reduce(rcfg, cfg["SPLIT_K"], n // 2, pdl=True, silu=True)
-                item["reduce_silu"] = add(ssig, f"splitk_reduce_silu.{cfg['SPLIT_K']}x{n // 2}",
-                                          gemv.grid_splitk_reduce(rcfg, bucket, n // 2))
-            if bucket in GEMV_BUCKETS and (fmt, n, k) in norm_shapes:  # CudaLinear.fuses_norm
-                offset = int(config.norm_offset)
-                nsig = gemv.signature_splitk_reduce_norm(cfg["SPLIT_K"], n, offset, pdl=True)
-                item["reduce_norm"] = add(nsig, f"splitk_reduce_norm.{cfg['SPLIT_K']}x{n}.{offset}", (bucket, 1, 1))
-        if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
-            bk = cfg["BLOCK_K"]
-            item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
-                               gemm.grid_permute_k(bk, bucket, k))
-        items[(fmt, bucket, n, k)] = item
+    def offset(fmt, n, k):  # the norm weight's offset, for a projection into the residual stream
+        return int(config.norm_offset) if (fmt, n, k) in norm_shapes else None
+
+    items = {(fmt, b, n, k): plan_item(fmt, b, n, k, chosen[(fmt, b, n, k)], add, tune, silu=(fmt, n, k) in silu_shapes,
+                                       norm_offset=offset(fmt, n, k))
+             for fmt, b, n, k in cases}
     for fmt, n, k in shapes:  # a padded linear: its wider kernels, no fused reduction (they are not its consumers)
         kn = pads.get((fmt, n, k), n)
         plan[shape_key(fmt, n, k)] = {
