@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|m32rows|session15|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|m32rows|carveout|session15|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -387,10 +387,16 @@ if [ "$what" = session14 ]; then  # the next session's first call (~9 minutes): 
         DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=$part DECODE_TIMEOUT=${S14_DECODE_TIMEOUT:-300} bash "$0" decode
     fi
 fi
-if [ "$what" = session15 ]; then  # the two ~2-minute experiments before new kernel forms (2026-12-08): batch 32's
-    # M-64 GEMM against M-16 GEMVs over the rows (m32rows), then the fused-norm WK GEMV's parts (wknorm)
+if [ "$what" = session15 ]; then  # the ~2-minute experiments written 2026-12-08 (twelfth session, no GPU): the
+    # batch-32 GEMMs through Triton's launcher against KernelTable with and without the shared-memory preference
+    # (carveout), batch 32's M-64 GEMM against M-16 GEMVs over the rows (m32rows), the fused-norm WK GEMV's parts
+    bash "$0" carveout
     bash "$0" m32rows
     bash "$0" wknorm
+fi
+if [ "$what" = carveout ]; then  # ~1-2 minutes (tools/dev/aot_carveout.py): the shipped M-64 NVFP4 GEMMs at M 32 / 64
+    # through Triton's launcher, through KernelTable as engines launch them now, and as they did before 2026-12-08
+    timeout ${CARVEOUT_TIMEOUT:-200} python3 -m atlas.tools.dev.aot_carveout 2>&1 | tee "$out/aot_carveout.log" | tail -20
 fi
 if [ "$what" = session13 ]; then  # one call: on an H200, session12's H200 measurements without its tests (they passed
     # on the H100: tools/results/pytest_{attn,wk_la}_gpu_h100_s12.log): the 8B nvfp4 with its transformers peer, then
