@@ -46,6 +46,11 @@ TABLE_FORMAT = 1
 # Triton versions whose launch ABI (parameter order, the two scratch pointers) `launch` implements.
 SUPPORTED_TRITON = ("3.6.",)
 STATIC_SHARED_LIMIT = 48 * 1024
+SHARED_PREFERENCE = "large"
+"""Which kernels a KernelTable loads with the carveout preferring shared memory (KernelTable._prefer_shared): "large"
+(those over STATIC_SHARED_LIMIT, as Triton's launcher does), "all", or "none" (the dynamic limit alone, as Atlas
+loaded them before 2026-12-08). Read when a table is made; an experiment knob for tools/bench_decode.py --carveout-ab,
+which times the others beside the default in the same run."""
 
 SCALAR_CTYPES = {
     "i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
@@ -131,6 +136,9 @@ class KernelTable:
         self._cu = None
         self._no_pdl = False
         self._retired: list[torch.Tensor] = []  # outgrown scratch buffers, which captured graphs may still use
+        if SHARED_PREFERENCE not in ("large", "all", "none"):
+            raise ValueError(f"SHARED_PREFERENCE must be large, all or none, got {SHARED_PREFERENCE!r}")
+        self.shared_preference = SHARED_PREFERENCE
 
     @classmethod
     def load(cls, engine_dir: Path, table: dict, arch: int | None = None) -> "KernelTable":
@@ -193,10 +201,18 @@ class KernelTable:
                 _check(cu, cu.cuCtxSetCurrent, _check(cu, cu.cuDevicePrimaryCtxRetain, device))
             module = _check(cu, cu.cuModuleLoadData, kernel.cubin)
             function = _check(cu, cu.cuModuleGetFunction, module, kernel.entry["function"].encode())
-            if kernel.entry["shared"] > STATIC_SHARED_LIMIT:
-                self._prefer_shared(cu, function)
+            self._set_shared(cu, function, kernel.entry["shared"])
             kernel.function = function
         return kernel.function
+
+    def _set_shared(self, cu, function, shared: int) -> None:
+        """A loaded function's shared memory settings, by self.shared_preference (SHARED_PREFERENCE)."""
+        large = shared > STATIC_SHARED_LIMIT
+        if self.shared_preference == "all" or (large and self.shared_preference == "large"):
+            self._prefer_shared(cu, function)
+        elif large:  # "none": only the limit the launch needs
+            _check(cu, cu.cuFuncSetAttribute, function,
+                   cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
 
     @staticmethod
     def _prefer_shared(cu, function) -> None:

@@ -29,6 +29,7 @@ import torch
 from atlas.build_engine.cli import pdl_order
 from atlas.plugins_trt.attention.splits import ATTN_SPLIT_TOKENS
 from atlas.plugins_trt.pdl_order import WAIT_FIRST
+from atlas.runtime.kernels import SHARED_PREFERENCE
 
 CASES = ("llama-3.1-8b:bfloat16", "llama-3.1-8b:fp8", "llama-3.1-8b:nvfp4", "qwen3.5-27b:bfloat16",
          "qwen3.5-27b:nvfp4")
@@ -55,16 +56,48 @@ was 256 tokens: entries of that time record "attn_split_tokens": 256 or, older s
     return case if attn_split_tokens == ATTN_SPLIT_TOKENS else f"{case}+split-{attn_split_tokens}"
 
 
+def engine_dir(work: Path, case: str) -> Path:
+    """Where atlas_case builds a case's engine (deleted after, unless kept for carveout_case)."""
+    return work / case.replace(":", "-")
+
+
+def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int, gen_len: int,
+                  repeats: int) -> dict:
+    """The built engine loaded again with another shared-memory carveout preference (runtime/kernels.py
+    SHARED_PREFERENCE: "none", as engines were loaded before 2026-12-08, or "all"): bench's figures and the
+    decode-step profiles at batch 1 and 32, for the A/B against the case's default in the same run."""
+    from atlas.runtime import kernels
+    from atlas.runtime.bench import bench, kernel_profile
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.model_runner import ModelRunner
+
+    default, kernels.SHARED_PREFERENCE = kernels.SHARED_PREFERENCE, mode
+    runner = None
+    try:
+        runner = ModelRunner(load_cuda_engine(path, verify_checksums=False))
+        runner.capture()
+        result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
+        for b in (1, 32):
+            if b in batch_sizes:
+                result["profile" if b == 1 else f"profile_b{b}"] = kernel_profile(runner, b, prompt_len)
+        return result
+    finally:
+        kernels.SHARED_PREFERENCE = default
+        runner = None
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
                tuning_cache: Path | None = None, pdl: bool | int = WAIT_FIRST,
-               attn_split_tokens: int = ATTN_SPLIT_TOKENS) -> dict:
+               attn_split_tokens: int = ATTN_SPLIT_TOKENS, keep_engine: bool = False) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.runtime.bench import bench, kernel_profile, prefill_profile, profile_text
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
     preset, dtype = case.split(":")
-    out = work / case.replace(":", "-")
+    out = engine_dir(work, case)
     t0 = time.perf_counter()
     built = build(BuildConfig(f"synthetic:{preset}/cuda", out, dtype=dtype, device="cuda", onnx=False,
                               overwrite=True, max_seq_len=prompt_len + gen_len + 64, max_batch=max(batch_sizes),
@@ -100,12 +133,13 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
                                                               for k in p["kernels"][:6])
                       if "error" not in p else f"; {p['error']}"), err=True)
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        if not keep_engine:
+            shutil.rmtree(out, ignore_errors=True)
         runner = None
         gc.collect()
         torch.cuda.empty_cache()
     return {"case": case_name(case, pdl, attn_split_tokens), "preset": preset, "dtype": dtype, "pdl": pdl,
-            "attn_split_tokens": attn_split_tokens, "build_seconds": build_s,
+            "attn_split_tokens": attn_split_tokens, "shared_preference": SHARED_PREFERENCE, "build_seconds": build_s,
             "tuning_cache": built.manifest["target"].get("tuning_cache"), "linear_plan": plan, **result}
 
 
@@ -215,13 +249,19 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
               help="atlas-build's --pdl-launch-first: recorded as '<case>+pdl-launch-first' beside the default one.")
 @click.option("--attn-split-tokens", type=int, default=ATTN_SPLIT_TOKENS, show_default=True,
               help="atlas-build's --attn-split-tokens: another value is recorded as '<case>+split-<tokens>'.")
+@click.option("--carveout-ab", default="", show_default=True,
+              help="Comma-separated shared-memory preferences (none, all; runtime/kernels.SHARED_PREFERENCE) to load "
+                   "each built engine with again after its default run: recorded under the case's 'carveout_ab'.")
 @click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
               help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
 def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, pdl_launch_first,
-         attn_split_tokens, merge_path):
+         attn_split_tokens, carveout_ab, merge_path):
     from atlas.tools.bench.timing import device_info
 
     pdl = pdl_order(pdl, pdl_launch_first)
+    modes = tuple(m.strip() for m in carveout_ab.split(",") if m.strip())
+    if set(modes) - {"none", "all", "large"}:
+        raise click.ClickException(f"--carveout-ab takes none, all or large, got {carveout_ab!r}")
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sizes = [int(b) for b in batch_sizes.split(",")]
@@ -240,11 +280,20 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
     for name in names:  # written after every case: a later failure keeps what ran
         if part in ("both", "atlas"):
             result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats, tuning_cache,
-                                              pdl, attn_split_tokens))
+                                              pdl, attn_split_tokens, keep_engine=bool(modes)))
             click.echo(f"{result['atlas'][-1]['case']}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
                                                f" of floor)" for c in result["atlas"][-1]["cases"]))
             result["summary"] = summarize(result["atlas"], result["hf"])
             out_path.write_text(json.dumps(result, indent=2) + "\n")  # kept if the peer runs out of time
+            try:  # the same engine again under each other shared-memory preference, written after each
+                for mode in modes:
+                    ab = carveout_case(engine_dir(work, name), mode, sizes, prompt_len, gen_len, repeats)
+                    result["atlas"][-1].setdefault("carveout_ab", {})[mode] = ab
+                    click.echo(f"{name} with shared preference {mode!r}: " + ", ".join(
+                        f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s" for c in ab["cases"]))
+                    out_path.write_text(json.dumps(result, indent=2) + "\n")
+            finally:
+                shutil.rmtree(engine_dir(work, name), ignore_errors=True)
         preset = name.split(":")[0]
         if part in ("both", "hf") and preset not in result["hf"]:
             result["hf"][preset] = hf_case(preset, prompt_len, gen_len, repeats)

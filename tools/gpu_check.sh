@@ -387,12 +387,15 @@ if [ "$what" = session14 ]; then  # the next session's first call (~9 minutes): 
         DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=$part DECODE_TIMEOUT=${S14_DECODE_TIMEOUT:-300} bash "$0" decode
     fi
 fi
-if [ "$what" = session15 ]; then  # the ~2-minute experiments written 2026-12-08 (twelfth session, no GPU): the
+if [ "$what" = session15 ]; then  # ~9 minutes, the experiments written 2026-12-08 (twelfth session, no GPU): the
     # batch-32 GEMMs through Triton's launcher against KernelTable with and without the shared-memory preference
-    # (carveout), batch 32's M-64 GEMM against M-16 GEMVs over the rows (m32rows), the fused-norm WK GEMV's parts
+    # (carveout, ~1-2 minutes); the 8B nvfp4 engine under each preference in one run (bench_decode --carveout-ab: the
+    # default "large", then "none" as engines loaded before 2026-12-08, then "all"); the fused-norm WK GEMV's parts.
+    # m32rows (M-16 GEMVs over batch 32's rows) only if the GEMMs stay slow in the step: a call of its own
     bash "$0" carveout
-    bash "$0" m32rows
-    bash "$0" wknorm
+    DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_FLAGS="--carveout-ab none,all" \
+        DECODE_TIMEOUT=${S15_DECODE_TIMEOUT:-330} bash "$0" decode
+    WKNORM_TIMEOUT=${S15_WKNORM_TIMEOUT:-120} bash "$0" wknorm
 fi
 if [ "$what" = carveout ]; then  # ~1-2 minutes (tools/dev/aot_carveout.py): the shipped M-64 NVFP4 GEMMs at M 32 / 64
     # through Triton's launcher, through KernelTable as engines launch them now, and as they did before 2026-12-08

@@ -121,11 +121,16 @@ def test_table_loads_and_evaluates_grids_without_a_gpu(engine):
     assert kernels.grid(f"matmul.bf16.M{M}.N{N}.K{K}", None, None, None, 4096, 1024, 64) == (32, 8, 1)
 
 
-def test_large_shared_kernels_load_as_triton_loads_them():
+@pytest.mark.parametrize("preference", ["large", "all", "none"])
+def test_large_shared_kernels_load_as_triton_loads_them(preference, engine, monkeypatch):
     """A kernel over 48 KB of shared memory gets what Triton's launcher gives it (driver.c loadBinary): the cache
     preference for shared memory and the device's opt-in limit less its static shared memory as its most dynamic
-    shared memory; checked on a stand-in driver that records the calls (the GPU tests launch the real ones)."""
+    shared memory ("large", the default). The experiment knob SHARED_PREFERENCE: "all" gives every kernel that,
+    "none" only the limit a large kernel's launch needs (the loading before 2026-12-08). Checked on a stand-in driver
+    that records the calls (the GPU tests launch the real ones)."""
     from types import SimpleNamespace as NS
+
+    from atlas.runtime import kernels
 
     ok, calls = object(), []
 
@@ -144,10 +149,22 @@ def test_large_shared_kernels_load_as_triton_loads_them():
             cuFuncSetCacheConfig=call("cuFuncSetCacheConfig"), cuCtxGetDevice=call("cuCtxGetDevice", 0),
             cuDeviceGetAttribute=call("cuDeviceGetAttribute", 232448),
             cuFuncGetAttribute=call("cuFuncGetAttribute", 1024), cuFuncSetAttribute=call("cuFuncSetAttribute"))
-    KernelTable._prefer_shared(cu, "fn")
-    assert ("cuFuncSetCacheConfig", "fn", "prefer shared") in calls
-    assert ("cuDeviceGetAttribute", "optin", 0) in calls and ("cuFuncGetAttribute", "static", "fn") in calls
-    assert ("cuFuncSetAttribute", "fn", "max dynamic", 232448 - 1024) in calls
+    monkeypatch.setattr(kernels, "SHARED_PREFERENCE", preference)
+    table = KernelTable.load(*engine, arch=engine[1]["arch"])
+    def preferred(fn):  # the calls of Triton's loadBinary for function fn
+        return [("cuFuncSetCacheConfig", fn, "prefer shared"), ("cuCtxGetDevice",),
+                ("cuDeviceGetAttribute", "optin", 0), ("cuFuncGetAttribute", "static", fn),
+                ("cuFuncSetAttribute", fn, "max dynamic", 232448 - 1024)]
+
+    table._set_shared(cu, "big", 100 * 1024)
+    assert calls == (preferred("big") if preference != "none" else
+                     [("cuFuncSetAttribute", "big", "max dynamic", 100 * 1024)])
+    calls.clear()
+    table._set_shared(cu, "small", STATIC_SHARED_LIMIT)
+    assert calls == (preferred("small") if preference == "all" else [])
+    monkeypatch.setattr(kernels, "SHARED_PREFERENCE", "most")
+    with pytest.raises(ValueError, match="large, all or none"):
+        KernelTable.load(*engine, arch=engine[1]["arch"])
 
 
 def _other_arch(table):
