@@ -11,7 +11,7 @@ benchmark shape's shipped M-64 config (variants.shipped_results) at M 32 and 64:
   * "triton": the config through Triton's launcher (triton_gemm.launch_nvfp4_gemm), as the search timed it;
   * "aot": the same kernels compiled ahead of time (linear_kernels.plan_item, the build's own entry) and launched
     by CudaLinear through KernelTable, as engines launch them now;
-  * "aot_no_preference": the same with the functions set back to what KernelTable did before (no cache preference,
+  * "aot_no_preference": the same loaded as KernelTable did before (SHARED_PREFERENCE "none": no cache preference,
     the limit at the kernel's own size).
 Each checked against the fp32 reference, then timed as CUDA-graph replays over rotated weight copies
 (variants.check_and_time). Also each kernel's programs an SM as the driver's occupancy calculator puts them under
@@ -22,19 +22,18 @@ from __future__ import annotations
 MS = (32, 64)
 
 
-def _loaded(table_dir, table: dict, old: bool):
-    """A KernelTable of the compiled kernels, every function loaded; old: set back to the loading before
-    2026-12-08 (no cache preference, the dynamic shared memory limit at the kernel's own size)."""
-    from atlas.runtime.kernels import STATIC_SHARED_LIMIT, KernelTable, _check
+def _loaded(table_dir, table: dict, preference: str):
+    """A KernelTable of the compiled kernels, every function loaded under the shared-memory preference
+    (runtime/kernels.SHARED_PREFERENCE: "large", the default, or "none", the loading before 2026-12-08)."""
+    from atlas.runtime import kernels
 
-    kt = KernelTable.load(table_dir, table)
+    default, kernels.SHARED_PREFERENCE = kernels.SHARED_PREFERENCE, preference
+    try:
+        kt = kernels.KernelTable.load(table_dir, table)
+    finally:
+        kernels.SHARED_PREFERENCE = default
     for kernel in kt.kernels.values():
-        fn = kt._function(kernel)
-        if old and kernel.entry["shared"] > STATIC_SHARED_LIMIT:
-            cu = kt._cu
-            _check(cu, cu.cuFuncSetCacheConfig, fn, cu.CUfunc_cache.CU_FUNC_CACHE_PREFER_NONE)
-            _check(cu, cu.cuFuncSetAttribute, fn,
-                   cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.entry["shared"])
+        kt._function(kernel)
     return kt
 
 
@@ -79,7 +78,7 @@ def main() -> None:
         item = plan_item("nvfp4", 64, n, k, cfg, add, True)
         table_dir = tmp / name
         table = write_kernels(compile_kernels(specs), table_dir / "kernels")
-        tables = {"aot": _loaded(table_dir, table, old=False), "aot_no_preference": _loaded(table_dir, table, old=True)}
+        tables = {"aot": _loaded(table_dir, table, "large"), "aot_no_preference": _loaded(table_dir, table, "none")}
         occupancy = {form: _occupancy(kt) for form, kt in tables.items()}
         g, copies, ref_w, nbytes = nvfp4_tiled_copies(n, k)
         layers = {}
