@@ -62,7 +62,7 @@ def engine_dir(work: Path, case: str) -> Path:
 
 
 def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int, gen_len: int,
-                  repeats: int) -> dict:
+                  repeats: int, eager_prefill: bool = False) -> dict:
     """The built engine loaded again with another shared-memory carveout preference (runtime/kernels.py
     SHARED_PREFERENCE: "none", as engines were loaded before 2026-12-08, or "all"): bench's figures and the
     decode-step profiles at batch 1 and 32, for the A/B against the case's default in the same run."""
@@ -75,7 +75,7 @@ def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int
     runner = None
     try:
         runner = ModelRunner(load_cuda_engine(path, verify_checksums=False))
-        runner.capture()
+        runner.capture(prefill=not eager_prefill)
         result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
         for b in (1, 32):
             if b in batch_sizes:
@@ -90,7 +90,8 @@ def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int
 
 def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
                tuning_cache: Path | None = None, pdl: bool | int = WAIT_FIRST,
-               attn_split_tokens: int = ATTN_SPLIT_TOKENS, keep_engine: bool = False) -> dict:
+               attn_split_tokens: int = ATTN_SPLIT_TOKENS, keep_engine: bool = False,
+               eager_prefill: bool = False) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
     from atlas.runtime.bench import bench, kernel_profile, prefill_profile, profile_text
     from atlas.runtime.cuda_engine import load_cuda_engine
@@ -111,7 +112,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     runner = None
     try:
         runner = ModelRunner(load_cuda_engine(out, verify_checksums=False))
-        runner.capture()
+        runner.capture(prefill=not eager_prefill)  # eager_prefill: atlas-run bench's --eager-prefill
         click.echo(f"{case}: loaded and captured in {time.perf_counter() - t0 - build_s:.0f} s", err=True)
         result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
         # where a step's time goes, at batch 1 and at 8 (where the quantized engines fall off: 8B nvfp4 0.58 of its
@@ -139,7 +140,8 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         gc.collect()
         torch.cuda.empty_cache()
     return {"case": case_name(case, pdl, attn_split_tokens), "preset": preset, "dtype": dtype, "pdl": pdl,
-            "attn_split_tokens": attn_split_tokens, "shared_preference": SHARED_PREFERENCE, "build_seconds": build_s,
+            "attn_split_tokens": attn_split_tokens, "shared_preference": SHARED_PREFERENCE,
+            "prefill_graphs": not eager_prefill, "build_seconds": build_s,
             "tuning_cache": built.manifest["target"].get("tuning_cache"), "linear_plan": plan, **result}
 
 
@@ -252,10 +254,12 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
 @click.option("--carveout-ab", default="", show_default=True,
               help="Comma-separated shared-memory preferences (none, all; runtime/kernels.SHARED_PREFERENCE) to load "
                    "each built engine with again after its default run: recorded under the case's 'carveout_ab'.")
+@click.option("--eager-prefill", is_flag=True,
+              help="atlas-run bench's --eager-prefill: prefill chunks without CUDA graphs (recorded: prefill_graphs).")
 @click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
               help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
 def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, pdl_launch_first,
-         attn_split_tokens, carveout_ab, merge_path):
+         attn_split_tokens, carveout_ab, eager_prefill, merge_path):
     from atlas.tools.bench.timing import device_info
 
     pdl = pdl_order(pdl, pdl_launch_first)
@@ -280,14 +284,16 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
     for name in names:  # written after every case: a later failure keeps what ran
         if part in ("both", "atlas"):
             result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats, tuning_cache,
-                                              pdl, attn_split_tokens, keep_engine=bool(modes)))
+                                              pdl, attn_split_tokens, keep_engine=bool(modes),
+                                              eager_prefill=eager_prefill))
             click.echo(f"{result['atlas'][-1]['case']}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
                                                f" of floor)" for c in result["atlas"][-1]["cases"]))
             result["summary"] = summarize(result["atlas"], result["hf"])
             out_path.write_text(json.dumps(result, indent=2) + "\n")  # kept if the peer runs out of time
             try:  # the same engine again under each other shared-memory preference, written after each
                 for mode in modes:
-                    ab = carveout_case(engine_dir(work, name), mode, sizes, prompt_len, gen_len, repeats)
+                    ab = carveout_case(engine_dir(work, name), mode, sizes, prompt_len, gen_len, repeats,
+                                       eager_prefill)
                     result["atlas"][-1].setdefault("carveout_ab", {})[mode] = ab
                     click.echo(f"{name} with shared preference {mode!r}: " + ", ".join(
                         f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s" for c in ab["cases"]))
