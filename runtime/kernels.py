@@ -31,6 +31,7 @@ above 48 KB must be allowed with cuFuncSetAttribute first.
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import hashlib
 import warnings
@@ -49,8 +50,20 @@ STATIC_SHARED_LIMIT = 48 * 1024
 SHARED_PREFERENCE = "large"
 """Which kernels a KernelTable loads with the carveout preferring shared memory (KernelTable._prefer_shared): "large"
 (those over STATIC_SHARED_LIMIT, as Triton's launcher does), "all", or "none" (the dynamic limit alone, as Atlas
-loaded them before 2026-12-08). Read when a table is made; an experiment knob for tools/bench_decode.py --carveout-ab,
-which times the others beside the default in the same run."""
+loaded them before 2026-12-08). Read when a table is made (shared_preference sets it for a block); an experiment knob
+for tools/bench_decode.py --carveout-ab, which times the others beside the default in the same run."""
+
+
+@contextlib.contextmanager
+def shared_preference(mode: str):
+    """KernelTables made inside take `mode` as their SHARED_PREFERENCE (an A/B of the loadings in one process)."""
+    global SHARED_PREFERENCE
+    default, SHARED_PREFERENCE = SHARED_PREFERENCE, mode
+    try:
+        yield
+    finally:
+        SHARED_PREFERENCE = default
+
 
 SCALAR_CTYPES = {
     "i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,

@@ -71,10 +71,10 @@ def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
-    default, kernels.SHARED_PREFERENCE = kernels.SHARED_PREFERENCE, mode
     runner = None
     try:
-        runner = ModelRunner(load_cuda_engine(path, verify_checksums=False))
+        with kernels.shared_preference(mode):  # the tables are made here; their functions load on first launch
+            runner = ModelRunner(load_cuda_engine(path, verify_checksums=False))
         runner.capture(prefill=not eager_prefill)
         result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
         for b in (1, 32):
@@ -82,7 +82,6 @@ def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int
                 result["profile" if b == 1 else f"profile_b{b}"] = kernel_profile(runner, b, prompt_len)
         return result
     finally:
-        kernels.SHARED_PREFERENCE = default
         runner = None
         gc.collect()
         torch.cuda.empty_cache()

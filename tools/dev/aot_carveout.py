@@ -27,11 +27,8 @@ def _loaded(table_dir, table: dict, preference: str):
     (runtime/kernels.SHARED_PREFERENCE: "large", the default, or "none", the loading before 2026-12-08)."""
     from atlas.runtime import kernels
 
-    default, kernels.SHARED_PREFERENCE = kernels.SHARED_PREFERENCE, preference
-    try:
+    with kernels.shared_preference(preference):
         kt = kernels.KernelTable.load(table_dir, table)
-    finally:
-        kernels.SHARED_PREFERENCE = default
     for kernel in kt.kernels.values():
         kt._function(kernel)
     return kt
