@@ -61,13 +61,22 @@ def engine_dir(work: Path, case: str) -> Path:
     return work / case.replace(":", "-")
 
 
+def step_profiles(runner, batches: tuple[int, ...], batch_sizes: list[int], prompt_len: int) -> dict:
+    """runtime/bench.kernel_profile of the decode step at each of `batches` the run has (batch 1 always), as
+    "profile" (batch 1) and "profile_b<batch>"."""
+    from atlas.runtime.bench import kernel_profile
+
+    return {"profile" if b == 1 else f"profile_b{b}": kernel_profile(runner, b, prompt_len)
+            for b in batches if b == 1 or b in batch_sizes}
+
+
 def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int, gen_len: int,
                   repeats: int, eager_prefill: bool = False) -> dict:
     """The built engine loaded again with another shared-memory carveout preference (runtime/kernels.py
     SHARED_PREFERENCE: "none", as engines were loaded before 2026-12-08, or "all"): bench's figures and the
     decode-step profiles at batch 1 and 32, for the A/B against the case's default in the same run."""
     from atlas.runtime import kernels
-    from atlas.runtime.bench import bench, kernel_profile
+    from atlas.runtime.bench import bench
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
@@ -76,11 +85,8 @@ def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int
         with kernels.shared_preference(mode):  # the tables are made here; their functions load on first launch
             runner = ModelRunner(load_cuda_engine(path, verify_checksums=False))
         runner.capture(prefill=not eager_prefill)
-        result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
-        for b in (1, 32):
-            if b in batch_sizes:
-                result["profile" if b == 1 else f"profile_b{b}"] = kernel_profile(runner, b, prompt_len)
-        return result
+        return {**bench(runner, batch_sizes, prompt_len, gen_len, repeats),
+                **step_profiles(runner, (1, 32), batch_sizes, prompt_len)}
     finally:
         runner = None
         gc.collect()
@@ -92,7 +98,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
                attn_split_tokens: int = ATTN_SPLIT_TOKENS, keep_engine: bool = False,
                eager_prefill: bool = False) -> dict:
     from atlas.build_engine.builder import BuildConfig, build
-    from atlas.runtime.bench import bench, kernel_profile, prefill_profile, profile_text
+    from atlas.runtime.bench import bench, prefill_profile, profile_text
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
@@ -114,14 +120,13 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         runner.capture(prefill=not eager_prefill)  # eager_prefill: atlas-run bench's --eager-prefill
         click.echo(f"{case}: loaded and captured in {time.perf_counter() - t0 - build_s:.0f} s", err=True)
         result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
-        # where a step's time goes, at batch 1 and at 8 (where the quantized engines fall off: 8B nvfp4 0.58 of its
-        # floor at batch 1, 0.39 at 8 on the H100)
-        result["profile"] = kernel_profile(runner, 1, prompt_len)
-        click.echo(profile_text(result["profile"]), err=True)
-        for b in (8, 32):  # and at 32, where the 8B nvfp4 engine's step (8.48 ms) was slower than bf16's (7.53)
-            if b in batch_sizes:
-                result[f"profile_b{b}"] = kernel_profile(runner, b, prompt_len)
-                click.echo(profile_text(result[f"profile_b{b}"]), err=True)
+        # where a step's time goes, at batch 1, at 8 (where the quantized engines fall off: 8B nvfp4 0.58 of its
+        # floor at batch 1, 0.39 at 8 on the H100) and at 32 (where the 8B nvfp4 step, 8.48 ms, was slower than
+        # bf16's, 7.53)
+        result.update(step_profiles(runner, (1, 8, 32), batch_sizes, prompt_len))
+        for key in ("profile", "profile_b8", "profile_b32"):
+            if key in result:
+                click.echo(profile_text(result[key]), err=True)
         # and the TTFT: a batch-1 prefill's spread (from the prefill graphs, and eager) and its kernels against its
         # wall time (eager, the GPU idled two thirds of an 8B 512-token prefill: decode_h100.json of 2026-12-07)
         result["prefill_profile"] = p = prefill_profile(runner, prompt_len)
