@@ -518,8 +518,13 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     silu_shapes = gate_up_shapes(config, weight_formats)
     norm_shapes = residual_shapes(config, weight_formats)
     followed = {**{sh: "norm" for sh in norm_shapes}, **{sh: "silu" for sh in silu_shapes}}  # what a GEMV is timed with
-    cached = {c: cache.get(*c) for c in cases} if (tune and cache is not None) else {}
-    todo = {c: candidates(*c) for c in cases if cached.get(c) is None}  # what is timed (or, untuned, taken first)
+
+    def timed_with(fmt, bucket, n, k):  # the fused epilogue a GEMV case is timed with (it changes the winner)
+        return followed.get((fmt, n, k)) if bucket in GEMV_BUCKETS else None
+
+    cands = {c: candidates(*c) for c in cases}
+    cached = {c: cache.get(*c, cands[c], timed_with(*c)) for c in cases} if (tune and cache is not None) else {}
+    todo = {c: cands[c] for c in cases if cached.get(c) is None}  # what is timed (or, untuned, taken first)
     chosen = {c: cfg for c, cfg in cached.items() if cfg is not None}
     t0 = time.perf_counter()
     if tune and todo:
@@ -529,13 +534,13 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
                 torch.cuda.empty_cache()  # this process's cached blocks back to the driver, for the workers
                 precompile([(*c, todo[c]) for c in group])
                 for c in group:  # timed and written to the cache as it goes: a stopped build keeps them
-                    chosen[c] = _tune(*c, todo[c], then=followed.get(shape) if c[1] in GEMV_BUCKETS else None)
+                    chosen[c] = _tune(*c, todo[c], then=timed_with(*c))
                     if cache is not None:
-                        cache.put(*c, chosen[c])
+                        cache.put(*c, todo[c], timed_with(*c), chosen[c])
                 log.info("%s %dx%d: %d buckets chosen, %.0f s into the search", *shape, len(group),
                          time.perf_counter() - t0)
     else:
-        chosen.update({c: cands[0] for c, cands in todo.items()})
+        chosen.update({c: options[0] for c, options in todo.items()})
     def offset(fmt, n, k):  # the norm weight's offset, for a projection into the residual stream
         return int(config.norm_offset) if (fmt, n, k) in norm_shapes else None
 

@@ -4,8 +4,16 @@
     atlas-build CKPT --device cuda --tuning-cache tuning.json   # reads the file if present, adds what it tuned
 
 An entry is keyed by everything its choice depends on: the GPU's name, the Triton version, a digest of the GEMV /
-GEMM kernels' sources, the format, the weight shape and the M bucket. An entry whose key does not match exactly
-(another GPU, an upgraded Triton, an edited kernel) is not used; the build times the candidates again.
+GEMM kernels (`kernel_digest`), the format, the weight shape, the M bucket, and a digest of the candidates the search
+timed for that case (their configurations and the fused epilogue they were timed with). An entry whose key does not
+match exactly (another GPU, an upgraded Triton, an edited kernel, another candidate list) is not used; the build
+times the candidates again.
+
+The kernel digest covers the device code only: the source of every @triton.jit / @gluon.jit function (and
+constexpr function) that the quantized-linear modules hold or import, with the constexpr globals they read, and the
+weight layout (layout.py). Host code (launchers, buffers, the search's timing) and line numbers are not in it, so a
+host-side edit keeps the entries; one that changes what a candidate does on the GPU without changing its source
+(a grid, a launch option) does not retune by itself: pass a new --tuning-cache file for that.
 """
 
 from __future__ import annotations
@@ -21,14 +29,52 @@ VERSION = 1
 
 
 def kernel_digest() -> str:
-    """sha256 (first 16 hex digits) of the quantized-linear kernels' sources and the candidate lists."""
-    root = Path(__file__).resolve().parents[1]
+    """sha256 (first 16 hex digits) of the quantized-linear device code (see the module docstring)."""
     h = hashlib.sha256()
-    for path in sorted((root / "plugins_trt" / "quant_linear").glob("*.py")) + [Path(__file__).with_name(
-            "linear_kernels.py")]:
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    for name, src in sorted(_device_sources().items()):
+        h.update(f"{name}\n{src}\n".encode())
     return h.hexdigest()[:16]
+
+
+def _device_sources() -> dict[str, str]:
+    """{qualified name: text} for every JIT function of the quantized-linear modules and of the modules they import
+    JIT functions from (to a fixed point), each with the constexpr globals it reads; and layout.py whole."""
+    import importlib
+    import pkgutil
+    import sys
+
+    from triton.runtime.jit import JITCallable
+
+    from atlas.plugins_trt import quant_linear
+    from atlas.plugins_trt.quant_linear import layout
+
+    modules = [importlib.import_module(f"{quant_linear.__name__}.{m.name}")
+               for m in pkgutil.iter_modules(quant_linear.__path__)]
+    out, seen = {"layout.py": Path(layout.__file__).read_text()}, set()
+    while modules:
+        module = modules.pop()
+        if module.__name__ in seen:
+            continue
+        seen.add(module.__name__)
+        for fn in vars(module).values():
+            if not isinstance(fn, JITCallable):
+                continue
+            home = sys.modules[fn.fn.__module__]
+            if home.__name__ not in seen:
+                modules.append(home)
+            if home is not module:
+                continue
+            fn.cache_key  # fills used_global_vals (Triton's own dependency walk)
+            used = sorted((g, repr(v)) for (g, _), (v, _) in getattr(fn, "used_global_vals", {}).items())
+            out[f"{module.__name__}.{fn.fn.__qualname__}"] = fn.src + "".join(f"\n{g} = {v}" for g, v in used)
+    return out
+
+
+def candidates_digest(candidates: list[dict], then: str | None) -> str:
+    """sha256 (first 12 hex digits) of one case's candidate configurations, in order, and what they were timed with
+    (a fused epilogue: "silu", "norm", or None)."""
+    text = json.dumps({"candidates": candidates, "then": then}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class TuningCache:
@@ -56,20 +102,22 @@ class TuningCache:
 
         return cls(path, torch.cuda.get_device_name(), triton.__version__)
 
-    def key(self, fmt: str, bucket: int, n: int, k: int) -> str:
-        return f"{self.prefix}|{fmt}:{n}x{k}|M{bucket}"
+    def key(self, fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None = None) -> str:
+        return f"{self.prefix}|{fmt}:{n}x{k}|M{bucket}|candidates {candidates_digest(candidates, then)}"
 
-    def get(self, fmt: str, bucket: int, n: int, k: int) -> dict | None:
-        cfg = self.entries.get(self.key(fmt, bucket, n, k))
+    def get(self, fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None = None) -> dict | None:
+        """The configuration chosen from exactly these candidates for this case, or None (counted as a miss)."""
+        cfg = self.entries.get(self.key(fmt, bucket, n, k, candidates, then))
         if cfg is None:
             self.misses += 1
         else:
             self.hits += 1
         return dict(cfg) if cfg is not None else None
 
-    def put(self, fmt: str, bucket: int, n: int, k: int, cfg: dict) -> None:
+    def put(self, fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None,
+            cfg: dict) -> None:
         """Add a timed choice and write the file at once (a build stopped midway keeps what it timed)."""
-        self.entries[self.key(fmt, bucket, n, k)] = dict(cfg)
+        self.entries[self.key(fmt, bucket, n, k, candidates, then)] = dict(cfg)
         self.save()
 
     def save(self) -> None:

@@ -8,7 +8,12 @@ configurations the plan gets and what the file holds afterwards.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,11 +118,76 @@ def test_entries_of_another_gpu_or_triton_are_not_used(no_gpu_work, tmp_path, de
     assert len(json.loads(path.read_text())["entries"]) == 2 * len(SHAPES) * len(BUCKETS)
 
 
-def test_the_key_names_the_kernel_sources():
+def test_the_key_names_the_kernel_code_and_the_candidates():
     cache = TuningCache(None, "NVIDIA H200", "3.6.0")
-    assert kernel_digest() in cache.key("nvfp4", 1, 256, 128) and len(kernel_digest()) == 16
-    cache.put("nvfp4", 1, 256, 128, {"BLOCK_N": 64})  # no path: nothing is written
-    assert cache.get("nvfp4", 1, 256, 128) == {"BLOCK_N": 64}
+    cands = [{"BLOCK_N": 64}, {"BLOCK_N": 128}]
+    key = cache.key("nvfp4", 1, 256, 128, cands, "silu")
+    assert kernel_digest() in key and len(kernel_digest()) == 16
+    # another list, order or epilogue is another key
+    assert len({key, cache.key("nvfp4", 1, 256, 128, cands[:1], "silu"), cache.key("nvfp4", 1, 256, 128, cands[::-1],
+                                                                                "silu"),
+                cache.key("nvfp4", 1, 256, 128, cands, None)}) == 4
+    cache.put("nvfp4", 1, 256, 128, cands, "silu", {"BLOCK_N": 64})  # no path: nothing is written
+    assert cache.get("nvfp4", 1, 256, 128, cands, "silu") == {"BLOCK_N": 64}
+    assert cache.get("nvfp4", 1, 256, 128, cands, None) is None and (cache.hits, cache.misses) == (1, 1)
+
+
+def digest_of(tree) -> str:
+    """kernel_digest() of a copy of plugins_trt (imported from `tree` ahead of the installed package)."""
+    code = "from atlas.build_engine.tuning_cache import kernel_digest; print(kernel_digest())"
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_the_kernel_digest_follows_device_code_not_host_code_or_lines(tmp_path):
+    """An edit to a kernel, to a JIT helper it calls from another package or to a constexpr it reads changes the
+    digest; an edit to host code (which also moves every kernel below it) does not: a launcher or buffer edit keeps
+    the cache's entries."""
+    import atlas.plugins_trt as plugins
+
+    tree = tmp_path / "tree"
+    shutil.copytree(Path(plugins.__path__[0]), tree / "atlas" / "plugins_trt",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert digest_of(tree) == kernel_digest()
+
+    def edit(rel, old, new):
+        path = tree / "atlas" / "plugins_trt" / rel
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new, 1))
+
+    edit("quant_linear/gluon_gemm.py", "\nfrom atlas.plugins_trt.buffers import grown\n",
+         "\nfrom atlas.plugins_trt.buffers import grown\n\n\ndef host_helper():\n    return 1\n")
+    edit("quant_linear/triton_gemv.py", '"""', '"""A longer docstring.\n\n')
+    assert digest_of(tree) == kernel_digest()
+    for rel, old, new in [
+            ("rms_norm/triton_norm.py", "    tl.store(residual_out, h, mask=mask)\n",
+             "    tl.store(residual_out, h, mask=mask)\n    h = h + 0.0\n"),
+            ("quant_linear/triton_gemv.py", "_HI16 = tl.constexpr(", "_HI16 = tl.constexpr(1 + ")]:
+        edit(rel, old, new)
+        changed = digest_of(tree)
+        assert changed != kernel_digest(), rel
+        edit(rel, new, old)
+
+
+def test_a_changed_candidate_list_times_only_its_cases_again(no_gpu_work, tmp_path, monkeypatch):
+    """An entry holds for the candidates it was chosen from: a build whose candidate list for one case differs
+    (a config added to the search) times that case again and keeps the others."""
+    path = tmp_path / "cache.json"
+    plan(TuningCache(path, "NVIDIA H200", "3.6.0"))
+    no_gpu_work.clear()
+    gemv_candidates = linear_kernels.nvfp4_gemv_candidates
+
+    def one_more(bucket, n, k, *rest):
+        cands = gemv_candidates(bucket, n, k, *rest)
+        return cands + [{**cands[0], "num_warps": 8}] if bucket == 4 else cands
+
+    monkeypatch.setattr(linear_kernels, "nvfp4_gemv_candidates", one_more)
+    cache = TuningCache(path, "NVIDIA H200", "3.6.0")
+    plan(cache)
+    assert no_gpu_work == [("nvfp4", 256, 128, 4)] and cache.misses == 1
+    assert len(json.loads(path.read_text())["entries"]) == len(SHAPES) * len(BUCKETS) + 1
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"format": "other", "version": 1, "entries": {}}',
