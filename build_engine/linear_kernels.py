@@ -94,6 +94,18 @@ def residual_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> set[
             if fmt in KERNEL_FORMATS and prefix.endswith(("attn.o_proj", "mlp.down_proj", "gdn.out_proj"))}
 
 
+NORMED_INPUT_LINEARS = ("attn.qkv_proj", "mlp.gate_up_proj", "gdn.in_proj")
+"""The linears of the decoder that read the normed residual stream (a norm can be deferred into them)."""
+
+
+def normed_input_shapes(config: ModelConfig, weight_formats: dict[str, str]) -> set[tuple[str, int, int]]:
+    """(format, N, K) of the projections that read the normed residual stream, whose WK GEMVs also get the forms
+    that read a deferred norm (plugins_trt/rms_norm/deferred.py)."""
+    shapes = canonical_shapes(config)
+    return {(fmt, *shapes[f"{prefix}.weight"]) for prefix, fmt in weight_formats.items()
+            if fmt in KERNEL_FORMATS and prefix.startswith("layers.") and prefix.endswith(NORMED_INPUT_LINEARS)}
+
+
 PADDED_LINEARS = ("attn.qkv_proj", "gdn.in_proj")
 """The linears whose output every consumer reads as a row-strided view, so that it may come from wider kernels."""
 
@@ -404,17 +416,22 @@ def compile_linear_kernels(config: ModelConfig, weight_formats: dict[str, str], 
 
 
 def plan_item(fmt: str, bucket: int, n: int, k: int, cfg: dict, add, tune: bool, silu: bool = False,
-              norm_offset: int | None = None) -> dict:
+              norm_offset: int | None = None, normed_input: bool = False) -> dict:
     """The plan entry of one (format, M bucket, N, K) for its chosen config: the kernels it launches, each given to
     add(signature, name, grid) (which records the kernel to compile and returns its name). silu: a gate_up
     projection (its GEMV bucket also gets the SiLU-mul forms); norm_offset: a projection into the residual stream
-    (its GEMV bucket also gets the add + RMSNorm forms, for a norm weight of that offset), None otherwise."""
+    (its GEMV bucket also gets the add + RMSNorm forms, for a norm weight of that offset, and the WK form that
+    defers the norm to the next projection: "kernel_defer"), None otherwise; normed_input: a projection of the
+    normed residual stream (its WK GEMV bucket also gets the forms that read a deferred norm: "kernel_rstd", and
+    "kernel_silu_rstd" beside a "kernel_silu"; plugins_trt/rms_norm/deferred.py)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+    from atlas.plugins_trt.rms_norm import deferred
 
     tag = "_".join(f"{v}" for v in cfg.values())
     item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None,
-            "kernel_silu": None, "reduce_norm": None, "kernel_norm": None, "quant": None, "perm": None}
+            "kernel_silu": None, "reduce_norm": None, "kernel_norm": None, "kernel_defer": None, "kernel_rstd": None,
+            "kernel_silu_rstd": None, "quant": None, "perm": None}
     if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
         from atlas.plugins_trt.quant_linear import gluon_streamk
         item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
@@ -429,6 +446,14 @@ def plan_item(fmt: str, bucket: int, n: int, k: int, cfg: dict, add, tune: bool,
         if norm_offset is not None and gemv.fuses_norm_gemv(cfg, n):  # ... in the add + RMSNorm
             item["kernel_norm"] = add(gemv.signature_nvfp4_gemv_wk_norm(cfg, n, k, norm_offset, pdl=True),
                                       f"{fmt}_gemv_norm.{n}x{k}.{norm_offset}.{tag}", (n // cfg["BLOCK_N"], 1, 1))
+            item["kernel_defer"] = add(deferred.signature_wk_defer(cfg, n, k, norm_offset, pdl=True),
+                                       f"{fmt}_gemv_defer.{n}x{k}.{norm_offset}.{tag}", (n // cfg["BLOCK_N"], 1, 1))
+        if normed_input and gemv.fuses_norm_gemv(cfg, n):  # the WK GEMV reading a deferred norm
+            item["kernel_rstd"] = add(deferred.signature_wk_rstd(cfg, n, k, pdl=True), f"{fmt}_gemv_rstd.{n}x{k}.{tag}",
+                                      (n // cfg["BLOCK_N"], 1, 1))
+            if item["kernel_silu"]:
+                item["kernel_silu_rstd"] = add(deferred.signature_wk_rstd(cfg, n, k, pdl=True, silu=True),
+                                               f"{fmt}_gemv_silu_rstd.{n}x{k}.{tag}", (n // cfg["BLOCK_N"], 1, 1))
     elif cfg.get("SK"):  # a persistent form (wgmma, or RS): x permuted, the kernel, the reduction
         from atlas.plugins_trt.quant_linear import gluon_gemm, gluon_ws
         if cfg.get("WS"):
@@ -544,15 +569,16 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
     def offset(fmt, n, k):  # the norm weight's offset, for a projection into the residual stream
         return int(config.norm_offset) if (fmt, n, k) in norm_shapes else None
 
+    normed = {(fmt, pads.get((fmt, n, k), n), k) for fmt, n, k in normed_input_shapes(config, weight_formats)}
     items = {(fmt, b, n, k): plan_item(fmt, b, n, k, chosen[(fmt, b, n, k)], add, tune, silu=(fmt, n, k) in silu_shapes,
-                                       norm_offset=offset(fmt, n, k))
+                                       norm_offset=offset(fmt, n, k), normed_input=(fmt, n, k) in normed)
              for fmt, b, n, k in cases}
     for fmt, n, k in shapes:  # a padded linear: its wider kernels, no fused reduction (they are not its consumers)
         kn = pads.get((fmt, n, k), n)
         plan[shape_key(fmt, n, k)] = {
             str(b): items[(fmt, b, kn, k)] if kn == n else
             {**items[(fmt, b, kn, k)], "pad_n": kn, "reduce_silu": None, "kernel_silu": None, "reduce_norm": None,
-             "kernel_norm": None}
+             "kernel_norm": None, "kernel_defer": None, "kernel_silu_rstd": None}
             for b in GEMV_BUCKETS + GEMM_BUCKETS}
     if tune:
         log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases), len(todo),

@@ -38,11 +38,15 @@ def kernel_digest() -> str:
 
 def _device_sources() -> dict[str, str]:
     """{qualified name: text} for every JIT function of the quantized-linear modules and of the modules they import
-    JIT functions from (to a fixed point), each with the constexpr globals it reads; and layout.py whole."""
+    JIT functions from (to a fixed point), each with the constexpr globals it names; and layout.py whole. The same
+    with Triton's interpreter on (TRITON_INTERPRET=1 makes triton.jit functions InterpretedFunction objects)."""
     import importlib
+    import inspect
     import pkgutil
     import sys
 
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITCallable
 
     from atlas.plugins_trt import quant_linear
@@ -56,17 +60,20 @@ def _device_sources() -> dict[str, str]:
         if module.__name__ in seen:
             continue
         seen.add(module.__name__)
-        for fn in vars(module).values():
-            if not isinstance(fn, JITCallable):
+        for obj in vars(module).values():
+            if not isinstance(obj, (JITCallable, InterpretedFunction)):
                 continue
-            home = sys.modules[fn.fn.__module__]
+            fn = obj.fn
+            home = sys.modules[fn.__module__]
             if home.__name__ not in seen:
                 modules.append(home)
             if home is not module:
                 continue
-            fn.cache_key  # fills used_global_vals (Triton's own dependency walk)
-            used = sorted((g, repr(v)) for (g, _), (v, _) in getattr(fn, "used_global_vals", {}).items())
-            out[f"{module.__name__}.{fn.fn.__qualname__}"] = fn.src + "".join(f"\n{g} = {v}" for g, v in used)
+            src = inspect.getsource(fn)
+            src = src[src.index("def "):]  # as Triton keeps it: from the def (no decorators)
+            used = sorted((name, repr(fn.__globals__[name])) for name in fn.__code__.co_names
+                          if isinstance(fn.__globals__.get(name), tl.constexpr))
+            out[f"{module.__name__}.{fn.__qualname__}"] = src + "".join(f"\n{g} = {v}" for g, v in used)
     return out
 
 
@@ -105,7 +112,8 @@ class TuningCache:
     def key(self, fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None = None) -> str:
         return f"{self.prefix}|{fmt}:{n}x{k}|M{bucket}|candidates {candidates_digest(candidates, then)}"
 
-    def get(self, fmt: str, bucket: int, n: int, k: int, candidates: list[dict], then: str | None = None) -> dict | None:
+    def get(self, fmt: str, bucket: int, n: int, k: int, candidates: list[dict],
+            then: str | None = None) -> dict | None:
         """The configuration chosen from exactly these candidates for this case, or None (counted as a miss)."""
         cfg = self.entries.get(self.key(fmt, bucket, n, k, candidates, then))
         if cfg is None:

@@ -12,6 +12,8 @@ conv weight and conv windows; fp32 recurrent states, A_log, dt_bias and gated-no
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 
@@ -33,6 +35,24 @@ from atlas.runtime.state_pool import LayerState
 from atlas.runtime.step import StepInputs
 
 
+DEFER_NORM = False
+"""Whether CudaOps leaves a residual projection's RMSNorm to the next projection where both have the forms for it
+(plugins_trt/rms_norm/deferred.py); read when a CudaOps is made. Off until its kernels have passed their GPU tests
+(written 2026-12-08 without a GPU: tests/plugins_trt/test_deferred_norm.py); `deferred_norm(True)` makes ones that
+defer, for the A/B runs (tools/bench_decode.py --defer-ab) and those tests."""
+
+
+@contextlib.contextmanager
+def deferred_norm(enabled: bool):
+    """DEFER_NORM set to `enabled` for the CudaOps made inside."""
+    global DEFER_NORM
+    before, DEFER_NORM = DEFER_NORM, enabled
+    try:
+        yield
+    finally:
+        DEFER_NORM = before
+
+
 class CudaOps:
     def __init__(self, config: ModelConfig, aot, device: torch.device | str = "cuda", num_splits: int = 1,
                  pdl: bool | int = WAIT_FIRST, max_batch: int = 128):
@@ -45,6 +65,7 @@ class CudaOps:
         self.aot = aot
         self.pdl = pdl
         self.num_splits = num_splits
+        self.defer_norm = DEFER_NORM
         # the split decode attention's (sequence, kv head) counters: zero, and left zero by every launch, so one
         # buffer serves every layer and every captured graph (launch_paged_decode's COMBINE: one launch, not two)
         self.decode_counters = torch.zeros(max_batch * config.num_kv_heads, dtype=torch.int32, device=device)
@@ -65,11 +86,18 @@ class CudaOps:
                             pdl=self.pdl)
         return y, residual
 
-    def project_add_rms_norm(self, proj, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
-        """add_rms_norm(proj(x), residual, weight): in the projection's split-K reduction where its plan compiled
-        that (CudaLinear.fuses_norm: one launch fewer, the same bits), else the projection then add_rms_norm."""
+    def project_add_rms_norm(self, proj, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, then=None):
+        """add_rms_norm(proj(x), residual, weight): left to `then`, the projection that reads the normed rows next,
+        where the two have the forms for it (CudaLinear.defers_norm / takes_deferred: a DeferredNorm is returned,
+        which `then` reads; plugins_trt/rms_norm/deferred.py), else in the projection's split-K reduction or its WK
+        GEMV where its plan compiled that (CudaLinear.fuses_norm: one launch fewer), else the projection then
+        add_rms_norm."""
+        m = x.shape[0]
+        defers, takes = getattr(proj, "defers_norm", None), getattr(then, "takes_deferred", None)
+        if then is not None and self.defer_norm and defers is not None and defers(m) and takes is not None and takes(m):
+            return proj(x, norm=(residual, weight, self.c.rms_norm_eps), defer=True), residual
         fuses = getattr(proj, "fuses_norm", None)
-        if fuses is not None and fuses(x.shape[0]):
+        if fuses is not None and fuses(m):
             return proj(x, norm=(residual, weight, self.c.rms_norm_eps)), residual
         return self.add_rms_norm(proj(x), residual, weight)
 

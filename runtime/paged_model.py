@@ -62,8 +62,9 @@ class ReferenceOps:
         """silu(gate) * up of the [gate | up] projection of h."""
         return self.silu_mul(gate_up_proj(h))
 
-    def project_add_rms_norm(self, proj, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
-        """add_rms_norm of the projection proj(x) into the residual stream."""
+    def project_add_rms_norm(self, proj, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, then=None):
+        """add_rms_norm of the projection proj(x) into the residual stream (then: the projection reading the normed
+        rows next, where the GPU ops may leave the norm to it)."""
         return self.add_rms_norm(proj(x), residual, weight)
 
     def gdn(self, proj: torch.Tensor, layer: "PagedGDN", pool: LayerState, step: StepInputs) -> torch.Tensor:
@@ -119,6 +120,11 @@ class PagedLayer:
         self.gate_up_proj = linear(weights, f"{p}.mlp.gate_up_proj")  # rows [gate | up]
         self.down_proj = linear(weights, f"{p}.mlp.down_proj")
 
+    @property
+    def input_proj(self):
+        """The projection that reads the layer's normed input (the attention's qkv, or the GDN's in_proj)."""
+        return self.qkv_proj if self.kind == ATTENTION else self.gdn.in_proj
+
 
 class PagedModel:
     def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], ops=None, linear=Linear):
@@ -142,12 +148,15 @@ class PagedModel:
             if layer.kind == ATTENTION:
                 o = ops.attention(layer.qkv_proj(h), kv.layers[self.attn_index[i]], step, layer.q_norm,
                                   layer.k_norm)
-                h, residual = ops.project_add_rms_norm(layer.o_proj, o, residual, layer.post_norm)
+                h, residual = ops.project_add_rms_norm(layer.o_proj, o, residual, layer.post_norm,
+                                                       then=layer.gate_up_proj)
             else:
                 o = ops.gdn(layer.gdn.in_proj(h), layer.gdn, states.layers[i], step)
-                h, residual = ops.project_add_rms_norm(layer.gdn.out_proj, o, residual, layer.post_norm)
-            following = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.norm
-            h, residual = ops.project_add_rms_norm(layer.down_proj, ops.gate_up_silu(layer.gate_up_proj, h),
-                                                   residual, following)
+                h, residual = ops.project_add_rms_norm(layer.gdn.out_proj, o, residual, layer.post_norm,
+                                                       then=layer.gate_up_proj)
+            nxt = self.layers[i + 1] if i + 1 < len(self.layers) else None  # the last one's: the final norm (the LM
+            # head reads a row gather of it, so it is not left to a projection)
+            h, residual = ops.project_add_rms_norm(layer.down_proj, ops.gate_up_silu(layer.gate_up_proj, h), residual,
+                                                   nxt.input_norm if nxt else self.norm, then=nxt and nxt.input_proj)
         last = h[step.last_rows.long()]  # last: [B, H] final-normed hidden state of each sequence's last token
         return self.lm_head(last).float()

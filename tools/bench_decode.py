@@ -57,7 +57,7 @@ was 256 tokens: entries of that time record "attn_split_tokens": 256 or, older s
 
 
 def engine_dir(work: Path, case: str) -> Path:
-    """Where atlas_case builds a case's engine (deleted after, unless kept for carveout_case)."""
+    """Where atlas_case builds a case's engine (deleted after, unless kept for reload_case)."""
     return work / case.replace(":", "-")
 
 
@@ -70,19 +70,19 @@ def step_profiles(runner, batches: tuple[int, ...], batch_sizes: list[int], prom
             for b in batches if b == 1 or b in batch_sizes}
 
 
-def carveout_case(path: Path, mode: str, batch_sizes: list[int], prompt_len: int, gen_len: int,
-                  repeats: int, eager_prefill: bool = False) -> dict:
-    """The built engine loaded again with another shared-memory carveout preference (runtime/kernels.py
-    SHARED_PREFERENCE: "none", as engines were loaded before 2026-12-08, or "all"): bench's figures and the
-    decode-step profiles at batch 1 and 32, for the A/B against the case's default in the same run."""
-    from atlas.runtime import kernels
+def reload_case(path: Path, switch, batch_sizes: list[int], prompt_len: int, gen_len: int, repeats: int,
+                eager_prefill: bool = False) -> dict:
+    """The built engine loaded again inside `switch`, a runtime knob's context manager (runtime/kernels
+    shared_preference(mode): another shared-memory carveout preference, "none" as engines were loaded before
+    2026-12-08; runtime/cuda_ops.deferred_norm(enabled): the norms deferred into the next projections or not): bench's
+    figures and the decode-step profiles at batch 1 and 32, for the A/B against the case's default in the same run."""
     from atlas.runtime.bench import bench
     from atlas.runtime.cuda_engine import load_cuda_engine
     from atlas.runtime.model_runner import ModelRunner
 
     runner = None
     try:
-        with kernels.shared_preference(mode):  # the tables are made here; their functions load on first launch
+        with switch:  # the kernel tables and the ops are made here (their functions load on first launch)
             runner = ModelRunner(load_cuda_engine(path, verify_checksums=False))
         runner.capture(prefill=not eager_prefill)
         return {**bench(runner, batch_sizes, prompt_len, gen_len, repeats),
@@ -117,6 +117,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
     runner = None
     try:
         runner = ModelRunner(load_cuda_engine(out, verify_checksums=False))
+        runner_defers = runner.ops.defer_norm  # runtime/cuda_ops.DEFER_NORM (--no-defer-norm)
         runner.capture(prefill=not eager_prefill)  # eager_prefill: atlas-run bench's --eager-prefill
         click.echo(f"{case}: loaded and captured in {time.perf_counter() - t0 - build_s:.0f} s", err=True)
         result = bench(runner, batch_sizes, prompt_len, gen_len, repeats)
@@ -145,7 +146,7 @@ def atlas_case(case: str, work: Path, batch_sizes: list[int], prompt_len: int, g
         torch.cuda.empty_cache()
     return {"case": case_name(case, pdl, attn_split_tokens), "preset": preset, "dtype": dtype, "pdl": pdl,
             "attn_split_tokens": attn_split_tokens, "shared_preference": SHARED_PREFERENCE,
-            "prefill_graphs": not eager_prefill, "build_seconds": build_s,
+            "defer_norm": runner_defers, "prefill_graphs": not eager_prefill, "build_seconds": build_s,
             "tuning_cache": built.manifest["target"].get("tuning_cache"), "linear_plan": plan, **result}
 
 
@@ -258,18 +259,31 @@ def summarize(atlas: list[dict], hf: dict[str, dict]) -> dict:
 @click.option("--carveout-ab", default="", show_default=True,
               help="Comma-separated shared-memory preferences (none, all; runtime/kernels.SHARED_PREFERENCE) to load "
                    "each built engine with again after its default run: recorded under the case's 'carveout_ab'.")
+@click.option("--defer-norm/--no-defer-norm", default=False, show_default=True,
+              help="Whether the runs leave each residual projection's RMSNorm to the next projection where both have "
+                   "the forms (runtime/cuda_ops.DEFER_NORM, recorded as each case's 'defer_norm').")
+@click.option("--defer-ab", is_flag=True,
+              help="Load each built engine again with the other --defer-norm setting after its default run (runtime/"
+                   "cuda_ops.deferred_norm: the norms deferred into the next projections, or the fused-norm WK GEMVs): "
+                   "recorded under the case's 'defer_ab' as 'on' or 'off'.")
 @click.option("--eager-prefill", is_flag=True,
               help="atlas-run bench's --eager-prefill: prefill chunks without CUDA graphs (recorded: prefill_graphs).")
 @click.option("--merge", "merge_path", type=click.Path(path_type=Path), default=None,
               help="An earlier results file (same device, lengths and repeats) to add this run's cases to.")
 def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part, tuning_cache, pdl, pdl_launch_first,
-         attn_split_tokens, carveout_ab, eager_prefill, merge_path):
+         attn_split_tokens, carveout_ab, defer_norm, defer_ab, eager_prefill, merge_path):
     from atlas.tools.bench.timing import device_info
 
     pdl = pdl_order(pdl, pdl_launch_first)
+    from atlas.runtime import cuda_ops, kernels
+
+    cuda_ops.DEFER_NORM = defer_norm
     modes = tuple(m.strip() for m in carveout_ab.split(",") if m.strip())
     if set(modes) - {"none", "all", "large"}:
         raise click.ClickException(f"--carveout-ab takes none, all or large, got {carveout_ab!r}")
+    # (result key, label, the knob's context manager) of each reload after a case's default run
+    reloads = [("carveout_ab", mode, lambda mode=mode: kernels.shared_preference(mode)) for mode in modes]
+    reloads += [("defer_ab", "off" if defer_norm else "on", lambda: cuda_ops.deferred_norm(not defer_norm))] * defer_ab
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sizes = [int(b) for b in batch_sizes.split(",")]
@@ -288,18 +302,18 @@ def main(out_path, cases, batch_sizes, prompt_len, gen_len, repeats, work, part,
     for name in names:  # written after every case: a later failure keeps what ran
         if part in ("both", "atlas"):
             result["atlas"].append(atlas_case(name, work, sizes, prompt_len, gen_len, repeats, tuning_cache,
-                                              pdl, attn_split_tokens, keep_engine=bool(modes),
+                                              pdl, attn_split_tokens, keep_engine=bool(reloads),
                                               eager_prefill=eager_prefill))
             click.echo(f"{result['atlas'][-1]['case']}: " + ", ".join(f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s ({c['floor_fraction']:.1%}"
                                                f" of floor)" for c in result["atlas"][-1]["cases"]))
             result["summary"] = summarize(result["atlas"], result["hf"])
             out_path.write_text(json.dumps(result, indent=2) + "\n")  # kept if the peer runs out of time
-            try:  # the same engine again under each other shared-memory preference, written after each
-                for mode in modes:
-                    ab = carveout_case(engine_dir(work, name), mode, sizes, prompt_len, gen_len, repeats,
-                                       eager_prefill)
-                    result["atlas"][-1].setdefault("carveout_ab", {})[mode] = ab
-                    click.echo(f"{name} with shared preference {mode!r}: " + ", ".join(
+            try:  # the same engine again under each other runtime knob, written after each
+                for key, label, switch in reloads:
+                    ab = reload_case(engine_dir(work, name), switch(), sizes, prompt_len, gen_len, repeats,
+                                     eager_prefill)
+                    result["atlas"][-1].setdefault(key, {})[label] = ab
+                    click.echo(f"{name} {key} {label!r}: " + ", ".join(
                         f"B{c['batch']} {c['tokens_per_s']:.1f} tok/s" for c in ab["cases"]))
                     out_path.write_text(json.dumps(result, indent=2) + "\n")
             finally:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks and measures the GPU kernels (run from the repo root on the GPU box,
 # with `.whl` carried; see ../shared/wheels/README.md). Writes logs and result files under $OUT.
-#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|wknorm|m32rows|carveout|session15|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
+#   bash tools/gpu_check.sh [smollm2|smollm2-split|decode|decodetests|newtests|padtests|pdlab|ttftab|splitab|prefillgraphs|deferrednorm|wknorm|m32rows|carveout|session15|session14|session13|session12|session11|session10|session9|session8|attnsplits|session6|session7|runner|decodeops|written|xclamp|rssktrace|rsskparts|rssplit|permwords|noperm|rssmall|wkbench|wk|rspdl|tests|gdntests|gemmtests|gemm|gemmall|tiledall|tiledbench|streamk|wgmmask|ws|rs|rsnext|rssk|rsta|rsbench|permbench|permk|sk128|fp8pre|staged|pending|waitlate|profilewg|profileqkv|srcprof|bits|bitsprof|regcap|bitsall|profilesk|profile|gdn|gdnall|splits|tiled|unroll|pre|wgmma256|dev|vstages|gluon|wgmma|probe|first|all]
 # all: tests, gemm, gdn. The others (see each block below): GPU tests by family, per-launch GDN timings and sweeps
 # (dev, vstages), the Gluon kernels' own checks (gluon, wgmma, probe), and `first`: the short checks of every form
 # written but not yet timed.
@@ -371,35 +371,42 @@ if [ "$what" = session12 ]; then  # one H200 call (~9 minutes) for issue 6's mis
             bash "$0" decode
     fi
 fi
-if [ "$what" = session14 ]; then  # the next session's first call (~9 minutes): the prefill graphs' GPU tests
-    # (prefillgraphs, written GPU-untested 2026-12-07, eleventh session; three tiny engines to build), then (with
-    # --eager-prefill if those failed)
-    # the 8B nvfp4: on an H200 with its transformers peer (issue 6's goal figure and the 8B peer of decode.json), on an
-    # H100 Atlas alone (the TTFT from the prefill graphs: prefill_profile's ttft_ms against eager_ttft_ms). The 27B bf16
-    # on the H200 next, a call of its own: DECODE_CASES=qwen3.5-27b:bfloat16 DECODE_PART=both
+if [ "$what" = session14 ]; then  # the next session's first call (~8 minutes): the GPU tests of what is written but
+    # not yet run on a GPU: the prefill graphs (prefillgraphs, eleventh session; three tiny engines to build) and the
+    # deferred norm (deferrednorm, thirteenth session). Prints the flags the decode benchmark of session15 then takes
+    # (S15_FLAGS): --eager-prefill if the prefill graphs' tests fail, --defer-ab if the deferred norm's pass (the 8B
+    # nvfp4 loaded again with it on: runtime/cuda_ops.DEFER_NORM is off until they have passed)
     PG_TIMEOUT=${S14_TEST_TIMEOUT:-250} bash "$0" prefillgraphs
-    # pytest's summary line (the -s output has "error ratio" lines of its own; a timeout leaves no summary)
-    summary=$(grep -aE "^[0-9]+ (passed|failed|error)" "$out/pytest_prefill_graphs_gpu.log" | tail -1)
-    echo "prefill graphs' GPU tests: ${summary:-no summary (timed out?)}"
+    DN_TIMEOUT=${S14_DN_TIMEOUT:-200} bash "$0" deferrednorm
     flags=""
-    if ! echo "$summary" | grep -q "passed" || echo "$summary" | grep -q "failed\|error"; then
-        # the decode figures (and the carveout fix's first reading) without them: prefill chunks eager
-        echo "the prefill graphs' GPU tests did not pass: the decode benchmark runs with --eager-prefill"
-        flags=--eager-prefill
-    fi
-    part=atlas; nvidia-smi -L | grep -q H200 && part=both
-    DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=$part DECODE_FLAGS=$flags \
-        DECODE_TIMEOUT=${S14_DECODE_TIMEOUT:-300} bash "$0" decode
+    for log in pytest_prefill_graphs_gpu pytest_deferred_norm_gpu; do
+        # pytest's summary line (the -s output has "error ratio" lines of its own; a timeout leaves no summary)
+        summary=$(grep -aE "^[0-9]+ (passed|failed|error)" "$out/$log.log" | tail -1)
+        echo "$log: ${summary:-no summary (timed out?)}"
+        if ! echo "$summary" | grep -q "passed" || echo "$summary" | grep -q "failed\|error"; then
+            [ $log = pytest_prefill_graphs_gpu ] && flags="$flags --eager-prefill"
+        elif [ $log = pytest_deferred_norm_gpu ]; then
+            flags="$flags --defer-ab"
+        fi
+    done
+    echo "S15_FLAGS=\"$flags\"" | tee "$out/session15_flags.txt"
 fi
-if [ "$what" = session15 ]; then  # ~9 minutes, the experiments written 2026-12-08 (twelfth session, no GPU): the
-    # batch-32 GEMMs through Triton's launcher against KernelTable with and without the shared-memory preference
-    # (carveout, ~1-2 minutes); the 8B nvfp4 engine under each preference in one run (bench_decode --carveout-ab: the
-    # default "large", then "none" as engines loaded before 2026-12-08, then "all"); the fused-norm WK GEMV's parts.
-    # m32rows (M-16 GEMVs over batch 32's rows) only if the GEMMs stay slow in the step: a call of its own
+if [ "$what" = deferrednorm ]; then  # the deferred norm's GPU tests (plugins_trt/rms_norm/deferred.py, written
+    # GPU-untested 2026-12-08, thirteenth session): each kernel against the fused-norm WK GEMV and the fp32 product,
+    # then a tiny engine's decode with and without it
+    timeout ${DN_TIMEOUT:-200} python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/plugins_trt/test_deferred_norm.py \
+        tests/runtime/test_linear_tiled.py -k "deferred_norm" 2>&1 | tee "$out/pytest_deferred_norm_gpu.log" | tail -8
+fi
+if [ "$what" = session15 ]; then  # ~9 minutes, after session14 (S15_FLAGS: the flags it printed): the batch-32 GEMMs
+    # through Triton's launcher against KernelTable with and without the shared-memory preference (carveout, ~1-2
+    # minutes); the 8B nvfp4 engine (on an H200 with its transformers peer), loaded again with the old carveout ("none",
+    # as engines loaded before 2026-12-08) and, with --defer-ab, with the deferred norm, in one run (the A/B of the
+    # deferred norm supersedes wknorm, which measured the fused tail it removes). m32rows (M-16 GEMVs over batch 32's
+    # rows) only if the GEMMs stay slow in the step: a call of its own
     bash "$0" carveout
-    DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=atlas DECODE_FLAGS="--carveout-ab none,all" \
-        DECODE_TIMEOUT=${S15_DECODE_TIMEOUT:-330} bash "$0" decode
-    WKNORM_TIMEOUT=${S15_WKNORM_TIMEOUT:-120} bash "$0" wknorm
+    part=atlas; nvidia-smi -L | grep -q H200 && part=both
+    DECODE_CASES=llama-3.1-8b:nvfp4 DECODE_PART=$part DECODE_FLAGS="--carveout-ab none ${S15_FLAGS---defer-ab}" \
+        DECODE_TIMEOUT=${S15_DECODE_TIMEOUT:-450} bash "$0" decode
 fi
 if [ "$what" = carveout ]; then  # ~1-2 minutes (tools/dev/aot_carveout.py): the shipped M-64 NVFP4 GEMMs at M 32 / 64
     # through Triton's launcher, through KernelTable as engines launch them now, and as they did before 2026-12-08

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from atlas.plugins_trt.rms_norm.deferred import DeferredNorm
 from atlas.runtime.errors import EngineError
 from atlas.runtime.kernels import KernelTable
 
@@ -128,6 +129,18 @@ class CudaLinear:
         the output where its sum of squares rounds alike, gluon_gemv.nvfp4_gemv_wk_norm_kernel)."""
         return self._fuses("reduce_norm", m) or self._fused_gemv("kernel_norm", m) is not None
 
+    def defers_norm(self, m: int) -> bool:
+        """Whether M = m rows of this residual projection can leave the decoder's add + RMSNorm to the next projection
+        (its WK bucket's "kernel_defer": self(x, norm=..., defer=True) returns a DeferredNorm; rms_norm/deferred.py)."""
+        return self._fused_gemv("kernel_defer", m) is not None
+
+    def takes_deferred(self, m: int) -> bool:
+        """Whether M = m rows of this projection can read a DeferredNorm (its WK bucket's "kernel_rstd", and
+        "kernel_silu_rstd" where it fuses SiLU-mul)."""
+        entry = self._gemv_entry(m)
+        return (entry is not None and bool(entry.get("kernel_rstd"))
+                and (not entry.get("kernel_silu") or bool(entry.get("kernel_silu_rstd"))))
+
     def _gemv_entry(self, m: int) -> dict | None:
         """The plan item of a quantized GEMV bucket without bias (where the fused forms may be), else None."""
         if self.fmt not in ("nvfp4", "fp8") or m > GEMV_BUCKETS[-1] or self.bias is not None:
@@ -199,9 +212,14 @@ class CudaLinear:
             dequant_matmul(x, work[: n1 - n0], None if self.bias is None else self.bias[n0:n1], None,
                            out[:, n0:n1])
 
-    def __call__(self, x: torch.Tensor, silu: bool = False, norm: tuple | None = None) -> torch.Tensor:
-        """x: [M, K] bf16 contiguous -> [M, N] bf16; silu (where fuses_silu(M)): silu(gate) * up, [M, N / 2];
-        norm (residual, weight, eps) (where fuses_norm(M)): the decoder's add + RMSNorm of the projection."""
+    def __call__(self, x: torch.Tensor | DeferredNorm, silu: bool = False, norm: tuple | None = None,
+                 defer: bool = False) -> torch.Tensor | DeferredNorm:
+        """x: [M, K] bf16 contiguous, or a DeferredNorm (where takes_deferred(M); else it is normed first) -> [M, N]
+        bf16; silu (where fuses_silu(M)): silu(gate) * up, [M, N / 2]; norm (residual, weight, eps) (where
+        fuses_norm(M)): the decoder's add + RMSNorm of the projection, with defer (where defers_norm(M)) left to the
+        next projection: the residual updated, a DeferredNorm returned."""
+        if isinstance(x, DeferredNorm) and not self.takes_deferred(x.shape[0]):
+            x = x.materialize()
         if self.fmt in ("bfloat16", "float32"):
             return F.linear(x, self.weight.to(x.dtype), self.bias)
         m = x.shape[0]
@@ -211,9 +229,19 @@ class CudaLinear:
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused SiLU-mul at M = {m}")
         if norm is not None and not self.fuses_norm(m):
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused add + RMSNorm at M = {m}")
+        if defer and (norm is None or not self.defers_norm(m)):
+            raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} cannot defer its add + RMSNorm at M = {m}")
+        if isinstance(x, DeferredNorm):  # one launch: the WK GEMV on hw, scaled by the row's rstd
+            return self._rstd(entry, x, silu)
         out = torch.empty(m, self.n // 2 if silu else self.n, device=x.device, dtype=torch.bfloat16)
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n, **self._weights())
+        if defer:  # one launch: the WK GEMV into the residual stream, hw and the parts of its sum of squares
+            residual, weight, eps = norm
+            parts = torch.empty(m, self.n // entry["config"]["BLOCK_N"], device=x.device, dtype=torch.float32)
+            self._launch(entry["kernel_defer"], x_ptr=x, out_ptr=out, nw_ptr=weight, ss_ptr=parts,
+                         **{**common, "res_ptr": residual, "stride_rm": residual.stride(0)})
+            return DeferredNorm(out, parts, eps)
         if m <= GEMV_BUCKETS[-1] and entry["config"].get("STREAMK"):  # one launch: partials and counters inside
             part = torch.empty(streamk_partials_shape(entry["config"]), device=x.device, dtype=torch.float32)
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
@@ -250,6 +278,16 @@ class CudaLinear:
         if self.bias is not None and not self._adds_bias(entry):
             out += self.bias  # the build compiles the kernels without a bias epilogue
         return out if self.n == self.n_out else out[:, :self.n_out]  # a padded plan's N columns
+
+    def _rstd(self, entry: dict, x: DeferredNorm, silu: bool) -> torch.Tensor:
+        """The bucket's WK GEMV reading a deferred norm ("kernel_rstd", or "kernel_silu_rstd" with silu)."""
+        m = x.shape[0]
+        out = torch.empty(m, self.n // 2 if silu else self.n, device=x.hw.device, dtype=torch.bfloat16)
+        self._launch(entry["kernel_silu_rstd" if silu else "kernel_rstd"], x_ptr=x.hw, ss_ptr=x.parts, out_ptr=out,
+                     M=m, N=self.n, K=self.k, P=x.parts.shape[1], stride_xm=x.hw.stride(0),
+                     stride_wn=self.weight.stride(0), stride_om=self.n // 2 if silu else self.n, eps=x.eps,
+                     **self._weights())
+        return out if self.n == self.n_out or silu else out[:, :self.n_out]
 
     def _weights(self) -> dict:
         """The weight arguments of this format's kernels."""

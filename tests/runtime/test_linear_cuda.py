@@ -401,6 +401,65 @@ def test_fused_norm_only_where_the_plan_compiled_it():
     assert calls[-1] is None and torch.equal(y, torch.full((2, 8), 6.0)) and torch.equal(r, torch.full((2, 8), 2.0))
 
 
+def test_the_norm_is_deferred_only_where_both_projections_have_the_forms():
+    """CudaOps.project_add_rms_norm leaves the norm to the next projection (CudaLinear(x, norm=..., defer=True), a
+    DeferredNorm) only where the residual projection defers it at that M, the next one takes it, and DEFER_NORM was
+    on when the ops were made (`deferred_norm(True)`; off by default until its GPU tests pass); CudaLinear's
+    defers_norm / takes_deferred follow the plan's WK forms (kernel_defer; kernel_rstd, and kernel_silu_rstd beside a
+    kernel_silu)."""
+    from atlas.runtime import cuda_ops
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    t = {"weight": torch.zeros(128, 32, dtype=torch.uint8), "weight_scale": torch.ones(128, 4),
+         "weight_scale_2": torch.ones(128)}
+    wk = {"config": {"WK": 2, "SPLIT_K": 1, "BLOCK_N": 64}, "kernel": "w", "reduce": None}
+    plan = {"1": {**wk, "kernel_norm": "wn", "kernel_defer": "wd", "kernel_rstd": "wr"},
+            "2": {**wk, "kernel_rstd": "wr", "kernel_silu": "ws"},
+            "4": {**wk, "kernel_rstd": "wr", "kernel_silu": "ws", "kernel_silu_rstd": "wsr"},
+            "8": {"config": {"SPLIT_K": 4}, "kernel": "k", "reduce": "r"}}
+    layer = CudaLinear("nvfp4", t, object(), plan)
+    assert [layer.defers_norm(m) for m in (1, 2, 4, 8)] == [True, False, False, False]
+    assert [layer.takes_deferred(m) for m in (1, 2, 3, 8)] == [True, False, True, False]
+    with pytest.raises(ValueError, match="cannot defer"):
+        layer(torch.zeros(2, 64, dtype=torch.bfloat16), defer=True)
+
+    calls = []
+
+    class Proj:
+        def __init__(self, defers=True, takes=True):
+            self.defers, self.takes = defers, takes
+
+        def fuses_norm(self, m):
+            return True
+
+        def defers_norm(self, m):
+            return self.defers
+
+        def takes_deferred(self, m):
+            return self.takes
+
+        def __call__(self, x, norm=None, defer=False):
+            calls.append(defer)
+            return "deferred" if defer else torch.zeros(x.shape[0], 8)
+
+    def made(enabled):
+        with cuda_ops.deferred_norm(enabled):
+            ops = cuda_ops.CudaOps.__new__(cuda_ops.CudaOps)
+            ops.defer_norm = cuda_ops.DEFER_NORM  # what __init__ reads
+        ops.c = types.SimpleNamespace(rms_norm_eps=1e-5)
+        return ops
+
+    assert not cuda_ops.DEFER_NORM
+    x, residual, weight = torch.zeros(1, 4), torch.zeros(1, 8), torch.ones(8)
+    assert made(True).project_add_rms_norm(Proj(), x, residual, weight, then=Proj())[0] == "deferred"
+    for ops, proj, then in [(made(False), Proj(), Proj()), (made(True), Proj(defers=False), Proj()),
+                            (made(True), Proj(), Proj(takes=False)), (made(True), Proj(), None),
+                            (made(True), Proj(), object())]:
+        calls.clear()
+        y, r = ops.project_add_rms_norm(proj, x, residual, weight, then=then)
+        assert calls == [False] and isinstance(y, torch.Tensor) and r is residual
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["nvfp4", "fp8"])
 @pytest.mark.parametrize("m", [1, 3, 16])

@@ -164,25 +164,13 @@ def test_wk_residual_projections_fuse_the_norm(wk_engine):
             seen += 1
         assert entry["8"]["kernel_norm"] is None  # no WK config there
     assert seen
-    from atlas.runtime.kernels import KernelTable
     from atlas.runtime.layers.linear_cuda import CudaLinear
 
     key = next(k for k, e in m_["linear_kernels"].items() if e["1"]["kernel_norm"])
     n, k = (int(v) for v in key.split(":")[1].split("x"))
     calls = []
-
-    kt = KernelTable.load(wk_engine.path, m_["kernels"], arch=90)
-
-    class Recorder:
-        kernels = kt.kernels
-
-        def params(self, name):
-            return kt.params(name)
-
-        def launch(self, name, grid, *args):
-            calls.append((name, dict(zip((p for p, _ in self.params(name)), args))))
-
-    layer = CudaLinear("nvfp4", _linear_tensors(wk_engine, n, k), Recorder(), m_["linear_kernels"][key])
+    layer = CudaLinear("nvfp4", _linear_tensors(wk_engine, n, k), _recorder(wk_engine, calls),
+                       m_["linear_kernels"][key])
     assert layer.fuses_norm(1) and layer.fuses_norm(4)
     x, residual, weight = torch.randn(3, k).to(torch.bfloat16), torch.randn(3, n).to(torch.bfloat16), torch.ones(n)
     out = layer(x, norm=(residual, weight, 1e-5))
@@ -214,6 +202,112 @@ def test_wk_gate_up_fuses_silu(wk_engine):
         (name, grid, args), = calls
         assert name == item["kernel_silu"] and grid == (-(-n // item["config"]["BLOCK_N"]), 1, 1)
         assert tuple(args["out_ptr"].shape) == (m, n // 2) and args["stride_om"] == n // 2 and args["N"] == n
+
+
+def test_wk_engine_defers_the_norm(wk_engine):
+    """The deferred norm in a plan (plugins_trt/rms_norm/deferred.py): a residual projection's WK bucket (N = hidden)
+    also names the producer (kernel_defer: the engine's norm offset, the GEMV grid), a projection of the normed
+    stream (qkv, gate_up: K = hidden) the consumer (kernel_rstd, parts tile for the narrowest producer; gate_up also
+    kernel_silu_rstd). CudaLinear: the producer's launch updates the residual in place and returns a DeferredNorm (hw,
+    one part a program), which a consumer reads in one launch and the down projection (no consumer form) normalizes
+    first (materialize) and multiplies as any x."""
+    from atlas.plugins_trt.rms_norm.deferred import DeferredNorm, parts_bound
+    from atlas.runtime.layers.linear_cuda import CudaLinear
+
+    m_ = wk_engine.manifest
+    table, plan = m_["kernels"]["kernels"], m_["linear_kernels"]
+    hidden = m_["config"]["hidden_size"]
+    shape = {key: tuple(int(v) for v in key.split(":")[1].split("x")) for key in plan}
+    producers = {key for key, (n, k) in shape.items() if n == hidden}
+    consumers = {key for key, (n, k) in shape.items() if k == hidden and n != hidden}
+    assert producers and consumers and not producers & consumers
+    for key, entry in plan.items():
+        n, k = shape[key]
+        for bucket in ("1", "2", "4"):
+            item = entry[bucket]
+            assert bool(item["kernel_defer"]) == (key in producers), (key, bucket)
+            assert bool(item["kernel_rstd"]) == (key in consumers), (key, bucket)
+            assert bool(item["kernel_silu_rstd"]) == (key in consumers and bool(item["kernel_silu"])), (key, bucket)
+            if item["kernel_defer"]:
+                d = table[item["kernel_defer"]]
+                assert d["constexprs"]["OFFSET"] == int(m_["config"].get("norm_offset", 0))
+                assert d["grid"] == [n // item["config"]["BLOCK_N"], 1, 1] and d["constexprs"]["PDL"] is True
+            for name in (item["kernel_rstd"], item["kernel_silu_rstd"]):
+                if name:
+                    assert table[name]["constexprs"]["PP"] == parts_bound(k) and table[name]["constexprs"]["PDL"]
+        assert not any(entry["8"][f] for f in ("kernel_defer", "kernel_rstd", "kernel_silu_rstd"))  # no WK there
+
+    calls = []
+
+    def layer(key):
+        return CudaLinear("nvfp4", _linear_tensors(wk_engine, *shape[key]), _recorder(wk_engine, calls), plan[key])
+
+    o_proj = layer(next(key for key in producers if shape[key][1] == hidden))
+    gate_up = layer(next(k for k in consumers if plan[k]["1"]["kernel_silu"]))
+    down_key = next(key for key in producers if shape[key][1] != hidden)
+    down = layer(down_key)
+    m, g = 3, torch.Generator().manual_seed(5)
+    x = torch.randn(m, o_proj.k, generator=g).to(torch.bfloat16)
+    residual, weight = torch.randn(m, hidden, generator=g).to(torch.bfloat16), torch.rand(hidden, generator=g)
+    assert o_proj.defers_norm(m) and gate_up.takes_deferred(m) and not down.takes_deferred(m)
+    deferred = o_proj(x, norm=(residual, weight, 1e-5), defer=True)
+    (name, args), = calls
+    item = plan[next(key for key in producers if shape[key][1] == hidden)]["4"]
+    assert isinstance(deferred, DeferredNorm) and name == item["kernel_defer"] and args["res_ptr"] is residual
+    assert args["nw_ptr"] is weight and args["out_ptr"] is deferred.hw and args["ss_ptr"] is deferred.parts
+    assert tuple(deferred.parts.shape) == (m, hidden // item["config"]["BLOCK_N"]) and deferred.eps == 1e-5
+    deferred.hw.copy_(torch.randn(m, hidden, generator=g).to(torch.bfloat16))  # what the kernel would have written
+    deferred.parts.copy_(torch.rand(m, deferred.parts.shape[1], generator=g) * 10)
+    for silu in (False, True):
+        calls.clear()
+        out = gate_up(deferred, silu=silu)
+        (name, args), = calls
+        kind = "kernel_silu_rstd" if silu else "kernel_rstd"
+        assert name == plan[next(k for k in consumers if plan[k]["1"]["kernel_silu"])]["4"][kind]
+        assert args["x_ptr"] is deferred.hw and args["ss_ptr"] is deferred.parts and args["eps"] == 1e-5
+        assert args["P"] == deferred.parts.shape[1] and args["K"] == hidden
+        assert tuple(out.shape) == (m, gate_up.n // 2 if silu else gate_up.n) and args["stride_om"] == out.shape[1]
+    calls.clear()
+    down_x = DeferredNorm(torch.randn(m, down.k, generator=g).to(torch.bfloat16),
+                          torch.rand(m, 4, generator=g) * 10, 1e-5)
+    down(down_x)
+    (name, args), = calls
+    assert name == plan[down_key]["4"]["kernel"]
+    assert torch.equal(args["x_ptr"], down_x.materialize())
+
+
+@pytest.mark.gpu
+def test_deferred_norm_engine_decodes_as_the_fused_form(wk_engine):
+    """wk_engine's batch-1 decode (graphs captured) with the norms deferred into the next projections
+    (runtime/cuda_ops.deferred_norm(True)) and with the fused-norm WK GEMVs (the default), fed the same tokens: every
+    step's logits within bf16 noise of each other (relative error < 2e-2) and most greedy choices alike."""
+    from atlas.runtime import cuda_ops
+    from atlas.runtime.cuda_engine import load_cuda_engine
+    from atlas.runtime.model_runner import ModelRunner
+    from atlas.runtime.step import StepBatch
+
+    engine = load_cuda_engine(wk_engine.path)
+    runners = []
+    for enabled in (True, False):
+        with cuda_ops.deferred_norm(enabled):
+            runners.append(ModelRunner(engine, num_blocks=64))
+        runners[-1].capture(prefill=False)
+    deferred, fused = runners
+    assert deferred.ops.defer_norm and not fused.ops.defer_norm
+    layer = deferred.model.layers[0]
+    assert layer.o_proj.defers_norm(1) and layer.gate_up_proj.takes_deferred(1) and layer.qkv_proj.takes_deferred(1)
+    g = torch.Generator().manual_seed(11)
+    prompt = tuple(torch.randint(0, engine.config.vocab_size, (7,), generator=g).tolist())
+    token = [r.step(StepBatch((0,), (prompt,))) for r in runners][0][0]
+    worst, alike = 0.0, 0
+    for _ in range(12):
+        ids = [r.step(StepBatch((0,), ((token,),)))[0] for r in runners]
+        a, b = (r.logits[:1].float() for r in runners)
+        worst = max(worst, float((a - b).norm() / b.norm()))
+        alike += ids[0] == ids[1]
+        token = ids[1]
+    assert worst < 2e-2 and alike >= 10, (worst, alike)
+    print(f"deferred against fused norm, 12 decode steps: worst logits error ratio {worst:.1e}, {alike} of 12 alike")
 
 
 def test_tiled_order_only_for_whole_tiles():
@@ -341,6 +435,25 @@ def _linear_tensors(result, n: int, k: int) -> dict:
         stored.update(load_file(str(result.path / f)))
     prefix = next(p for p, t in stored.items() if p.endswith(".weight") and tuple(t.shape) == (n, k // 2))[:-7]
     return {s: stored[f"{prefix}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")}
+
+
+def _recorder(result, calls: list):
+    """A stand-in for the engine's KernelTable (its kernels and parameters, compiled here for sm_90) that appends
+    each launch to `calls` as (kernel, arguments by name) instead of launching it."""
+    from atlas.runtime.kernels import KernelTable
+
+    kt = KernelTable.load(result.path, result.manifest["kernels"], arch=90)
+
+    class Recorder:
+        kernels = kt.kernels
+
+        def params(self, name):
+            return kt.params(name)
+
+        def launch(self, name, grid, *args):
+            calls.append((name, dict(zip((p for p, _ in self.params(name)), args))))
+
+    return Recorder()
 
 
 def _recorded_launches(result, m: int, way: str, drop_perm: bool = False, gather_perm: bool = False,

@@ -113,14 +113,16 @@ def test_a_no_pdl_case_is_not_in_the_summary():
     assert s["nvfp4_b1_floor_fraction"] == 0.6 and s["min_speedup_vs_hf"] == 15.0
 
 
-def test_carveout_ab_runs_on_the_same_engine_and_is_kept_under_the_case(tmp_path, monkeypatch):
-    """--carveout-ab: after a case's default run (written first, so a later timeout keeps it) its engine is loaded
-    again under each other shared-memory preference, recorded under the case's 'carveout_ab'; then it is deleted.
-    The GPU parts stand in (atlas_case, carveout_case); the plumbing is what is checked."""
+def test_reloads_run_on_the_same_engine_and_are_kept_under_the_case(tmp_path, monkeypatch):
+    """--carveout-ab / --defer-ab: after a case's default run (written first, so a later timeout keeps it) its engine
+    is loaded again inside each runtime knob (each other shared-memory preference, then the norms deferred),
+    recorded under the case's 'carveout_ab' / 'defer_ab'; then it is deleted. The GPU parts stand in (atlas_case,
+    reload_case, which reads the knobs inside the switch it is given); the plumbing is what is checked."""
     import json
 
     from click.testing import CliRunner
 
+    from atlas.runtime import cuda_ops, kernels
     from atlas.tools import bench_decode
     from atlas.tools.bench import timing
 
@@ -131,23 +133,28 @@ def test_carveout_ab_runs_on_the_same_engine_and_is_kept_under_the_case(tmp_path
         bench_decode.engine_dir(work, name).mkdir(parents=True)
         return _run(name, 100.0, 0.5)
 
-    def fake_ab(path, mode, *args):
-        seen.append(("ab", path.name, mode, path.is_dir()))
+    def fake_reload(path, switch, *args):
+        with switch:
+            knobs = (kernels.SHARED_PREFERENCE, cuda_ops.DEFER_NORM)
+        seen.append(("reload", path.name, *knobs, path.is_dir()))
         assert json.loads(out.read_text())["atlas"][0]["case"] == "llama-3.1-8b:nvfp4"  # the default, written
-        return {"cases": [{"batch": 1, "tokens_per_s": 90.0 if mode == "none" else 110.0}]}
+        return {"cases": [{"batch": 1, "tokens_per_s": 120.0 if knobs[1] else {"none": 90.0, "all": 110.0}[knobs[0]]}]}
 
     out = tmp_path / "decode.json"
     monkeypatch.setattr(bench_decode, "atlas_case", fake_case)
-    monkeypatch.setattr(bench_decode, "carveout_case", fake_ab)
+    monkeypatch.setattr(bench_decode, "reload_case", fake_reload)
     monkeypatch.setattr(timing, "device_info", lambda: {"device": "stand-in"})
     result = CliRunner().invoke(bench_decode.main, ["--out", str(out), "--cases", "llama-3.1-8b:nvfp4", "--part",
                                                     "atlas", "--work", str(tmp_path / "work"), "--carveout-ab",
-                                                    "none,all"])
+                                                    "none,all", "--defer-ab"])
     assert result.exit_code == 0, result.output
-    assert seen == [("case", "llama-3.1-8b:nvfp4", True), ("ab", "llama-3.1-8b-nvfp4", "none", True),
-                    ("ab", "llama-3.1-8b-nvfp4", "all", True)]
+    assert seen == [("case", "llama-3.1-8b:nvfp4", True), ("reload", "llama-3.1-8b-nvfp4", "none", False, True),
+                    ("reload", "llama-3.1-8b-nvfp4", "all", False, True),
+                    ("reload", "llama-3.1-8b-nvfp4", "large", True, True)]
+    assert kernels.SHARED_PREFERENCE == "large" and not cuda_ops.DEFER_NORM  # the defaults back
     entry = json.loads(out.read_text())["atlas"][0]
     assert {m: ab["cases"][0]["tokens_per_s"] for m, ab in entry["carveout_ab"].items()} == {"none": 90.0, "all": 110.0}
+    assert entry["defer_ab"]["on"]["cases"][0]["tokens_per_s"] == 120.0
     assert not bench_decode.engine_dir(tmp_path / "work", "llama-3.1-8b:nvfp4").exists()
     bad = CliRunner().invoke(bench_decode.main, ["--out", str(out), "--carveout-ab", "most"])
     assert bad.exit_code != 0 and "none, all or large" in bad.output

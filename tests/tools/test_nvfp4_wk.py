@@ -87,3 +87,36 @@ def test_wk_gemv_fused_forms_compile_without_spills():
         else:
             # the last program's residual row: read once, whole (N 4096), in 16-byte loads past L1, all in flight
             assert atoms == 1 and fences == 2 and cg == 4096 // (8 * 32 * nw), key
+
+
+DEFER_CODE = USAGE + r"""
+from atlas.build_engine.linear_kernels import wk_candidates
+from atlas.plugins_trt.quant_linear import triton_gemv as gemv
+from atlas.plugins_trt.rms_norm import deferred as D
+for m in (1, 4):
+    for cfg in wk_candidates(m, 4096, 14336):
+        for form, sig in [("defer", D.signature_wk_defer(cfg, 4096, 14336, 1, pdl=True)),
+                          ("rstd", D.signature_wk_rstd(cfg, 6144, 4096, pdl=True)),
+                          ("silu", D.signature_wk_rstd(cfg, 28672, 4096, pdl=True, silu=True))]:
+            k = gemv.compile_aot(sig)
+            ptx = k.asm["ptx"]
+            reg, stack = usage(k)
+            print("CFG", form, m, cfg["BLOCK_K"], cfg["num_warps"], cfg["WK"], cfg["PRE"], reg, stack,
+                  ptx.count("atom."), ptx.count("fence."), ptx.count("rsqrt"),
+                  ptx[:ptx.index("griddepcontrol.wait")].count("ld.global.v4"))
+"""
+
+
+def test_deferred_norm_forms_compile_without_spills_or_a_serial_tail():
+    """The deferred-norm forms (plugins_trt/rms_norm/deferred.py) for sm_90: the producer and the consumer (plain and
+    SILU) without spills, without atomics or fences (no counter, no last program), one rsqrt in a consumer, the PRE
+    weight loads before the PDL wait."""
+    rows = [line.split()[1:] for line in run_compiled(DEFER_CODE).splitlines() if line.startswith("CFG")]
+    assert {r[0] for r in rows} == {"defer", "rstd", "silu"} and len(rows) >= 9, rows
+    for form, *values in rows:
+        m, bk, nw, wk, pre, reg, stack, atoms, fences, rsqrts, v4_before = map(int, values)
+        key = (form, m, bk, nw, wk, pre)
+        assert stack == 0 and reg <= 255, key
+        assert atoms == 0 and fences == 0, key  # no counter, no last program
+        assert rsqrts == (0 if form == "defer" else 1), key
+        assert v4_before >= pre * (16 * wk * bk // 2 // 16 // (32 * nw)), key  # the PRE weights before the wait

@@ -101,7 +101,8 @@ def keys_at(commit: str | None) -> dict:
 
 def run_worker(env, what: str) -> dict:
     args = [str(ROOT / "build_engine" / "tuning_cache.py"), str(SM_COUNT), json.dumps(MODELS)]
-    run = subprocess.run([sys.executable, "-c", WORKER, *args], env=env, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", WORKER, *args], env={**env, "TRITON_INTERPRET": "0"},  # as builds
+                         capture_output=True, text=True)
     if run.returncode:
         raise click.ClickException(f"the worker failed on {what}:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout)
@@ -125,7 +126,8 @@ def main(cache_file: Path, history: int) -> None:
             continue  # already today's key
         commit = commit_of(old, commits)
         if commit is None:
-            print(f"{prefix}: {len(olds)} entries, no commit in the last {history} gives digest {old}; left as they are")
+            print(f"{prefix}: {len(olds)} entries, no commit in the last {history} gives digest {old}; "
+                  f"left as they are")
             continue
         then = keys_at(commit)
         carried = found = 0
