@@ -420,10 +420,11 @@ def plan_item(fmt: str, bucket: int, n: int, k: int, cfg: dict, add, tune: bool,
     """The plan entry of one (format, M bucket, N, K) for its chosen config: the kernels it launches, each given to
     add(signature, name, grid) (which records the kernel to compile and returns its name). silu: a gate_up
     projection (its GEMV bucket also gets the SiLU-mul forms); norm_offset: a projection into the residual stream
-    (its GEMV bucket also gets the add + RMSNorm forms, for a norm weight of that offset, and the WK form that
-    defers the norm to the next projection: "kernel_defer"), None otherwise; normed_input: a projection of the
-    normed residual stream (its WK GEMV bucket also gets the forms that read a deferred norm: "kernel_rstd", and
-    "kernel_silu_rstd" beside a "kernel_silu"; plugins_trt/rms_norm/deferred.py)."""
+    (its GEMV bucket also gets the add + RMSNorm forms, for a norm weight of that offset, and the forms that defer
+    the norm to the next projection: the WK GEMV's "kernel_defer", the split-K reduction's "reduce_defer"), None
+    otherwise; normed_input: a projection of the normed residual stream (its GEMV bucket also gets the forms that
+    read a deferred norm: "kernel_rstd" / "reduce_rstd", and "kernel_silu_rstd" / "reduce_silu_rstd" beside a SiLU
+    form; plugins_trt/rms_norm/deferred.py)."""
     from atlas.plugins_trt.quant_linear import triton_gemm as gemm
     from atlas.plugins_trt.quant_linear import triton_gemv as gemv
     from atlas.plugins_trt.rms_norm import deferred
@@ -431,7 +432,8 @@ def plan_item(fmt: str, bucket: int, n: int, k: int, cfg: dict, add, tune: bool,
     tag = "_".join(f"{v}" for v in cfg.values())
     item = {"config": cfg, "tuned": tune, "kernel": None, "reduce": None, "reduce_silu": None,
             "kernel_silu": None, "reduce_norm": None, "kernel_norm": None, "kernel_defer": None, "kernel_rstd": None,
-            "kernel_silu_rstd": None, "quant": None, "perm": None}
+            "kernel_silu_rstd": None, "reduce_defer": None, "reduce_rstd": None, "reduce_silu_rstd": None,
+            "quant": None, "perm": None}
     if bucket in GEMV_BUCKETS and cfg.get("STREAMK"):  # one launch, its reduction inside (gluon_streamk)
         from atlas.plugins_trt.quant_linear import gluon_streamk
         item["kernel"] = add(gluon_streamk.signature_nvfp4_gemv_streamk(cfg, n, k, pdl=True),
@@ -499,6 +501,18 @@ def plan_item(fmt: str, bucket: int, n: int, k: int, cfg: dict, add, tune: bool,
             nsig = gemv.signature_splitk_reduce_norm(cfg["SPLIT_K"], n, norm_offset, pdl=True)
             item["reduce_norm"] = add(nsig, f"splitk_reduce_norm.{cfg['SPLIT_K']}x{n}.{norm_offset}",
                                       (bucket, 1, 1))
+            dsig = deferred.signature_splitk_reduce_defer(cfg["SPLIT_K"], n, norm_offset, pdl=True)
+            item["reduce_defer"] = add(dsig, f"splitk_reduce_defer.{cfg['SPLIT_K']}x{n}.{norm_offset}",
+                                       gemv.grid_splitk_reduce(deferred.reduce_defer_config(), bucket, n))
+        if bucket in GEMV_BUCKETS and normed_input:  # the reductions of a GEMV on a deferred norm's hw
+            item["reduce_rstd"] = add(deferred.signature_splitk_reduce_rstd(cfg["SPLIT_K"], n, k, pdl=True),
+                                      f"splitk_reduce_rstd.{cfg['SPLIT_K']}x{n}.{k}",
+                                      gemv.grid_splitk_reduce(rcfg, bucket, n))
+            if silu:
+                item["reduce_silu_rstd"] = add(
+                    deferred.signature_splitk_reduce_rstd(cfg["SPLIT_K"], n // 2, k, pdl=True, silu=True),
+                    f"splitk_reduce_silu_rstd.{cfg['SPLIT_K']}x{n // 2}.{k}",
+                    gemv.grid_splitk_reduce(rcfg, bucket, n // 2))
     if bucket not in GEMV_BUCKETS and gemm.permutes_x(cfg):  # x into the kernel's k order first (one launch)
         bk = cfg["BLOCK_K"]
         item["perm"] = add(gemm.signature_permute_k(bk, k), f"permute_k.{k}.{bk}",
@@ -578,7 +592,8 @@ def linear_kernel_list(config: ModelConfig, weight_formats: dict[str, str], tune
         plan[shape_key(fmt, n, k)] = {
             str(b): items[(fmt, b, kn, k)] if kn == n else
             {**items[(fmt, b, kn, k)], "pad_n": kn, "reduce_silu": None, "kernel_silu": None, "reduce_norm": None,
-             "kernel_norm": None, "kernel_defer": None, "kernel_silu_rstd": None}
+             "kernel_norm": None, "kernel_defer": None, "kernel_silu_rstd": None, "reduce_defer": None,
+             "reduce_silu_rstd": None}
             for b in GEMV_BUCKETS + GEMM_BUCKETS}
     if tune:
         log.info("chose %d linear kernel configurations (%d timed) in %.0f s", len(cases), len(todo),

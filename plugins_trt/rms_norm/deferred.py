@@ -14,6 +14,12 @@ layer. Here it goes, in two kernels:
   rstd = rsqrt(sum / K + eps) and scales its accumulator by it before the epilogue: y = rstd (W @ hw), what
   W @ (h rstd (OFFSET + w)) is up to where the rounding falls.
 
+The split-K GEMVs (batch 8, and the layers whose batch-1 config splits) get the same in their reductions, which are
+Triton (so the interpreter runs them): `splitk_reduce_defer_kernel` (the sum of the partials into the residual stream,
+hw and the parts, one program a BLOCK_N columns of a row, where splitk_reduce_norm_kernel needs one program a row) and
+`splitk_reduce_rstd_kernel` (the consumer's reduction scaled by rstd, plain or SILU; the consumer's split GEMV reads
+hw as its x unchanged).
+
 So a norm costs the consumer P fp32 loads a row (P = the producer's programs) and nothing serial. Rounding: the
 unfused path rounds x̂ = bf16(h rstd (OFFSET + w)), this one hw = bf16(h (OFFSET + w)) and multiplies rstd in fp32,
 and sums the squares in another order: within a few bf16 ulps of the unfused result, not bit-equal
@@ -33,12 +39,16 @@ from dataclasses import dataclass
 
 import torch
 import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from atlas.plugins_trt.pdl import pdl_enter
 from atlas.plugins_trt.quant_linear import gluon_gemv as gg
-from atlas.plugins_trt.quant_linear.triton_gemv import (AotSignature, _gemv_out, _wk_norm_constexprs, aot_signature,
-                                                        check_tiled, fuses_norm_gemv, fuses_silu_gemv)
+from atlas.plugins_trt.quant_linear.triton_gemv import (CONFIGS_splitk_reduce, AotSignature, _gemv_out,
+                                                        _wk_norm_constexprs, aot_signature, check_tiled,
+                                                        fuses_norm_gemv, fuses_silu_gemv, grid_splitk_reduce)
+from atlas.plugins_trt.rms_norm.triton_norm import add_residual
 
 PART_COLUMNS = 16
 """The fewest columns a producer program holds (BLOCK_N of a WK config: 16 num_warps / WK): a consumer of a K-wide
@@ -133,6 +143,71 @@ def nvfp4_gemv_wk_rstd_kernel(x_ptr, w_ptr, ws_ptr, ws2_ptr, ss_ptr, out_ptr, M,
                       ws2_ptr, out_ptr, 0, stride_om, False, False)
 
 
+@triton.jit(do_not_specialize=["M"])
+def splitk_reduce_defer_kernel(part_ptr, bias_ptr, res_ptr, w_ptr, out_ptr, ss_ptr, M, N, stride_rm, stride_om,
+                               SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr,
+                               OFFSET: tl.constexpr, PDL: tl.constexpr = False):
+    """The producer's split-K reduction: y = sum_s part[s, m, :] (+ bias) rounded to bf16 (splitk_reduce_norm_kernel's
+    y), h = y + residual stored into the residual stream in place (the same bits), hw = h (OFFSET + w) to out, and the
+    program's sum of h^2 to ss[m P + program_id(0)] (fp32 [M, P], P = cdiv(N, BLOCK_N)). Grid (P, M, 1).
+
+    part_ptr *fp32 [SPLIT_K, M, N] contiguous;  bias_ptr *bf16 [N];  res_ptr *bf16 [M, N] row stride stride_rm;
+    w_ptr *bf16 or *fp32 [N];  out_ptr *bf16 [M, N] row stride stride_om;  ss_ptr *fp32 [M, P]."""
+    pdl_enter(PDL)
+    m = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    y = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        y += tl.load(part_ptr + (s * M + m) * N + offs_n, mask=nmask, other=0.0)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)
+    y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
+    res = res_ptr + m * stride_rm + offs_n
+    h = tl.where(nmask, add_residual(y, res, res, nmask), 0.0)
+    tl.store(ss_ptr + m * tl.num_programs(0) + tl.program_id(0), tl.sum(h * h, axis=0))
+    w = tl.load(w_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + m * stride_om + offs_n, (h * (OFFSET + w)).to(out_ptr.dtype.element_ty), mask=nmask)
+
+
+@triton.jit(do_not_specialize=["M", "P"])
+def splitk_reduce_rstd_kernel(part_ptr, bias_ptr, ss_ptr, out_ptr, M, N, K, P, stride_om, eps,
+                              SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, PP: tl.constexpr,
+                              PDL: tl.constexpr = False, SILU: tl.constexpr = False):
+    """The consumer's split-K reduction: splitk_reduce_kernel's (plain, or SILU: [gate | up] partials of width 2N into
+    silu(gate) * up) with each row's sum scaled by rstd = rsqrt(sum(ss[m P .. m P + P]) / K + eps) before its bias and
+    its rounding: the partials are of a GEMV on a DeferredNorm's hw [M, K]. Grid (cdiv(N, BLOCK_N), M, 1).
+
+    part_ptr *fp32 [SPLIT_K, M, N] (SILU: 2N) contiguous;  bias_ptr *bf16 [N];  ss_ptr *fp32 [M, P] (P <= PP);
+    out_ptr *bf16 [M, N] row stride stride_om."""
+    pdl_enter(PDL)
+    m = tl.program_id(1)
+    offs_p = tl.arange(0, PP)
+    rstd = tl.rsqrt(tl.sum(tl.load(ss_ptr + m * P + offs_p, mask=offs_p < P, other=0.0), axis=0) / K + eps)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    dt: tl.constexpr = out_ptr.dtype.element_ty
+    if SILU:
+        tl.static_assert(not HAS_BIAS)
+        g = tl.zeros([BLOCK_N], dtype=tl.float32)
+        u = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for s in tl.static_range(SPLIT_K):
+            row = part_ptr + (s * M + m) * (2 * N)
+            g += tl.load(row + offs_n, mask=nmask, other=0.0)
+            u += tl.load(row + N + offs_n, mask=nmask, other=0.0)
+        g = (g * rstd).to(dt).to(tl.float32)
+        act = (g * tl.sigmoid(g)).to(dt).to(tl.float32)
+        tl.store(out_ptr + m * stride_om + offs_n, (act * (u * rstd).to(dt).to(tl.float32)).to(dt), mask=nmask)
+    else:
+        y = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for s in tl.static_range(SPLIT_K):
+            y += tl.load(part_ptr + (s * M + m) * N + offs_n, mask=nmask, other=0.0)
+        y = y * rstd
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + m * stride_om + offs_n, y.to(dt), mask=nmask)
+
+
 # ---------------------------------------------------------------------------------------------- launchers
 
 def parts_bound(K: int) -> int:
@@ -214,4 +289,68 @@ def launch_wk_rstd(x: DeferredNorm, weight: torch.Tensor, weight_scale: torch.Te
         x.hw, weight, weight_scale, weight_scale_2, x.parts, out, M, N, K, x.parts.shape[1], x.hw.stride(0),
         weight.stride(0), weight_scale.stride(0), out.stride(0), float(x.eps), **cx,
         **({"launch_pdl": True} if pdl else {}), num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return out
+
+
+def reduce_defer_config() -> dict:
+    """splitk_reduce_defer_kernel's columns a program and warps (the plain reduction's first)."""
+    return dict(CONFIGS_splitk_reduce[0])
+
+
+def signature_splitk_reduce_defer(split_k: int, N: int, offset: int, has_bias: bool = False, pdl: bool = False,
+                                  weight_type: str = "*bf16") -> AotSignature:
+    """splitk_reduce_defer_kernel summing `split_k` partials of width N (offset 0: hw = h w, 1: h (1 + w));
+    grid (cdiv(N, BLOCK_N), M, 1)."""
+    config = reduce_defer_config()
+    types = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "res_ptr": "*bf16", "w_ptr": weight_type, "out_ptr": "*bf16",
+             "ss_ptr": "*fp32", "M": "i32", "N": "i32", "stride_rm": "i32", "stride_om": "i32"}
+    cx = {"SPLIT_K": split_k, "BLOCK_N": config["BLOCK_N"], "HAS_BIAS": has_bias, "OFFSET": int(offset), "PDL": pdl}
+    return aot_signature(splitk_reduce_defer_kernel, types, {"N": N, "stride_rm": N, "stride_om": N}, cx, config,
+                         ("cdiv(N, BLOCK_N)", "M", "1"))
+
+
+def signature_splitk_reduce_rstd(split_k: int, N: int, K: int, has_bias: bool = False, pdl: bool = False,
+                                 silu: bool = False) -> AotSignature:
+    """splitk_reduce_rstd_kernel summing `split_k` partials of width N (silu: 2N into N) of a GEMV on a K-wide
+    DeferredNorm; grid (cdiv(N, BLOCK_N), M, 1)."""
+    config = dict(CONFIGS_splitk_reduce[0])
+    types = {"part_ptr": "*fp32", "bias_ptr": "*bf16", "ss_ptr": "*fp32", "out_ptr": "*bf16", "M": "i32", "N": "i32",
+             "K": "i32", "P": "i32", "stride_om": "i32", "eps": "fp32"}
+    cx = {"SPLIT_K": split_k, "BLOCK_N": config["BLOCK_N"], "HAS_BIAS": has_bias, "PP": parts_bound(K), "PDL": pdl,
+          "SILU": silu}
+    return aot_signature(splitk_reduce_rstd_kernel, types, {"N": N, "K": K, "stride_om": N}, cx, config,
+                         ("cdiv(N, BLOCK_N)", "M", "1"))
+
+
+def launch_splitk_reduce_defer(partials: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                               offset: float = 0.0, bias: torch.Tensor | None = None,
+                               pdl: bool = False) -> DeferredNorm:
+    """The producer's reduction of fp32 partials [SPLIT_K, M, N] into `residual` bf16 [M, N] (in place); returns the
+    DeferredNorm of the new rows."""
+    split, M, N = partials.shape
+    config = reduce_defer_config()
+    grid = grid_splitk_reduce(config, M, N)
+    hw = torch.empty(M, N, dtype=torch.bfloat16, device=partials.device)
+    parts = torch.empty(M, grid[0], dtype=torch.float32, device=partials.device)
+    cx = {"PDL": True, "launch_pdl": True} if pdl else {}
+    splitk_reduce_defer_kernel[grid](
+        partials, bias if bias is not None else hw, residual, weight, hw, parts, M, N, residual.stride(0),
+        hw.stride(0), SPLIT_K=split, BLOCK_N=config["BLOCK_N"], HAS_BIAS=bias is not None, OFFSET=int(offset),
+        num_warps=config["num_warps"], num_stages=config["num_stages"], **cx)
+    return DeferredNorm(hw, parts, float(eps))
+
+
+def launch_splitk_reduce_rstd(partials: torch.Tensor, x: DeferredNorm, bias: torch.Tensor | None = None,
+                              pdl: bool = False, silu: bool = False) -> torch.Tensor:
+    """The consumer's reduction of fp32 partials [SPLIT_K, M, N] (silu: 2N) of a GEMV on x.hw: bf16 [M, N]."""
+    split, M, N = partials.shape
+    N = N // 2 if silu else N
+    config = dict(CONFIGS_splitk_reduce[0])
+    out = torch.empty(M, N, dtype=torch.bfloat16, device=partials.device)
+    cx = {"PDL": True, "launch_pdl": True} if pdl else {}
+    K = x.hw.shape[1]
+    splitk_reduce_rstd_kernel[grid_splitk_reduce(config, M, N)](
+        partials, bias if bias is not None else out, x.parts, out, M, N, K, x.parts.shape[1], out.stride(0),
+        float(x.eps), SPLIT_K=split, BLOCK_N=config["BLOCK_N"], HAS_BIAS=bias is not None, PP=parts_bound(K),
+        SILU=silu, num_warps=config["num_warps"], num_stages=config["num_stages"], **cx)
     return out

@@ -131,15 +131,20 @@ class CudaLinear:
 
     def defers_norm(self, m: int) -> bool:
         """Whether M = m rows of this residual projection can leave the decoder's add + RMSNorm to the next projection
-        (its WK bucket's "kernel_defer": self(x, norm=..., defer=True) returns a DeferredNorm; rms_norm/deferred.py)."""
-        return self._fused_gemv("kernel_defer", m) is not None
+        (its WK bucket's "kernel_defer", or its split-K reduction's "reduce_defer": self(x, norm=..., defer=True)
+        returns a DeferredNorm; plugins_trt/rms_norm/deferred.py)."""
+        return self._fused_gemv("kernel_defer", m) is not None or self._fuses("reduce_defer", m)
 
     def takes_deferred(self, m: int) -> bool:
-        """Whether M = m rows of this projection can read a DeferredNorm (its WK bucket's "kernel_rstd", and
-        "kernel_silu_rstd" where it fuses SiLU-mul)."""
+        """Whether M = m rows of this projection can read a DeferredNorm: its WK bucket's "kernel_rstd" (and
+        "kernel_silu_rstd" beside a "kernel_silu"), or its split-K reduction's "reduce_rstd" (and "reduce_silu_rstd"
+        beside a "reduce_silu")."""
         entry = self._gemv_entry(m)
-        return (entry is not None and bool(entry.get("kernel_rstd"))
-                and (not entry.get("kernel_silu") or bool(entry.get("kernel_silu_rstd"))))
+        if entry is None:
+            return False
+        if entry.get("kernel_rstd"):
+            return not entry.get("kernel_silu") or bool(entry.get("kernel_silu_rstd"))
+        return self._fuses("reduce_rstd", m) and (not entry.get("reduce_silu") or bool(entry.get("reduce_silu_rstd")))
 
     def _gemv_entry(self, m: int) -> dict | None:
         """The plan item of a quantized GEMV bucket without bias (where the fused forms may be), else None."""
@@ -236,12 +241,8 @@ class CudaLinear:
         out = torch.empty(m, self.n // 2 if silu else self.n, device=x.device, dtype=torch.bfloat16)
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
                       stride_wn=self.weight.stride(0), stride_rm=0, stride_om=self.n, **self._weights())
-        if defer:  # one launch: the WK GEMV into the residual stream, hw and the parts of its sum of squares
-            residual, weight, eps = norm
-            parts = torch.empty(m, self.n // entry["config"]["BLOCK_N"], device=x.device, dtype=torch.float32)
-            self._launch(entry["kernel_defer"], x_ptr=x, out_ptr=out, nw_ptr=weight, ss_ptr=parts,
-                         **{**common, "res_ptr": residual, "stride_rm": residual.stride(0)})
-            return DeferredNorm(out, parts, eps)
+        if defer:  # the GEMV into the residual stream, hw and the parts of its sum of squares
+            return self._defer(entry, x, out, norm, common)
         if m <= GEMV_BUCKETS[-1] and entry["config"].get("STREAMK"):  # one launch: partials and counters inside
             part = torch.empty(streamk_partials_shape(entry["config"]), device=x.device, dtype=torch.float32)
             self._launch(entry["kernel"], x_ptr=x, out_ptr=out, part_ptr=part, cnt_ptr=self.counters[bucket],
@@ -280,14 +281,43 @@ class CudaLinear:
         return out if self.n == self.n_out else out[:, :self.n_out]  # a padded plan's N columns
 
     def _rstd(self, entry: dict, x: DeferredNorm, silu: bool) -> torch.Tensor:
-        """The bucket's WK GEMV reading a deferred norm ("kernel_rstd", or "kernel_silu_rstd" with silu)."""
+        """The bucket's GEMV reading a deferred norm: the WK one scaling by rstd itself ("kernel_rstd", or
+        "kernel_silu_rstd" with silu), or the split GEMV on hw then its reduction scaling by rstd ("reduce_rstd",
+        "reduce_silu_rstd")."""
         m = x.shape[0]
-        out = torch.empty(m, self.n // 2 if silu else self.n, device=x.hw.device, dtype=torch.bfloat16)
-        self._launch(entry["kernel_silu_rstd" if silu else "kernel_rstd"], x_ptr=x.hw, ss_ptr=x.parts, out_ptr=out,
-                     M=m, N=self.n, K=self.k, P=x.parts.shape[1], stride_xm=x.hw.stride(0),
-                     stride_wn=self.weight.stride(0), stride_om=self.n // 2 if silu else self.n, eps=x.eps,
-                     **self._weights())
+        width = self.n // 2 if silu else self.n
+        out = torch.empty(m, width, device=x.hw.device, dtype=torch.bfloat16)
+        rstd = dict(ss_ptr=x.parts, M=m, K=self.k, P=x.parts.shape[1], stride_om=width, eps=x.eps)
+        if entry.get("kernel_rstd"):
+            self._launch(entry["kernel_silu_rstd" if silu else "kernel_rstd"], x_ptr=x.hw, out_ptr=out, N=self.n,
+                         stride_xm=x.hw.stride(0), stride_wn=self.weight.stride(0), **rstd, **self._weights())
+        else:
+            part = torch.empty(entry["config"]["SPLIT_K"], m, self.n, device=x.hw.device, dtype=torch.float32)
+            self._launch(entry["kernel"], x_ptr=x.hw, out_ptr=part, bias_ptr=None, res_ptr=None, N=self.n,
+                         stride_xm=x.hw.stride(0), stride_wn=self.weight.stride(0), stride_rm=0,
+                         **{**rstd, "stride_om": self.n}, **self._weights())
+            self._launch(entry["reduce_silu_rstd" if silu else "reduce_rstd"], part_ptr=part, bias_ptr=self.bias,
+                         out_ptr=out, N=width, **rstd)
         return out if self.n == self.n_out or silu else out[:, :self.n_out]
+
+    def _defer(self, entry: dict, x: torch.Tensor, out: torch.Tensor, norm: tuple, common: dict) -> DeferredNorm:
+        """The residual projection leaving its norm to the next one: the WK GEMV doing it all ("kernel_defer", one
+        part a program), or the split GEMV then its reduction doing it ("reduce_defer", a part a reduction
+        program)."""
+        residual, weight, eps = norm
+        m = x.shape[0]
+        if entry.get("kernel_defer"):
+            parts = torch.empty(m, self.n // entry["config"]["BLOCK_N"], device=x.device, dtype=torch.float32)
+            self._launch(entry["kernel_defer"], x_ptr=x, out_ptr=out, nw_ptr=weight, ss_ptr=parts,
+                         **{**common, "res_ptr": residual, "stride_rm": residual.stride(0)})
+            return DeferredNorm(out, parts, eps)
+        part = torch.empty(entry["config"]["SPLIT_K"], m, self.n, device=x.device, dtype=torch.float32)
+        self._launch(entry["kernel"], x_ptr=x, out_ptr=part, **common)
+        columns = self.kernels.kernels[entry["reduce_defer"]].entry["constexprs"]["BLOCK_N"]  # a program's
+        parts = torch.empty(m, -(-self.n // columns), device=x.device, dtype=torch.float32)
+        self._launch(entry["reduce_defer"], part_ptr=part, bias_ptr=None, res_ptr=residual, w_ptr=weight, out_ptr=out,
+                     ss_ptr=parts, M=m, N=self.n, stride_rm=residual.stride(0), stride_om=self.n)
+        return DeferredNorm(out, parts, eps)
 
     def _weights(self) -> dict:
         """The weight arguments of this format's kernels."""

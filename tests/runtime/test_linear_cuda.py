@@ -406,7 +406,8 @@ def test_the_norm_is_deferred_only_where_both_projections_have_the_forms():
     DeferredNorm) only where the residual projection defers it at that M, the next one takes it, and DEFER_NORM was
     on when the ops were made (`deferred_norm(True)`; off by default until its GPU tests pass); CudaLinear's
     defers_norm / takes_deferred follow the plan's WK forms (kernel_defer; kernel_rstd, and kernel_silu_rstd beside a
-    kernel_silu)."""
+    kernel_silu) and split-K reductions' (reduce_defer; reduce_rstd, and reduce_silu_rstd beside a reduce_silu), at
+    GEMV buckets only."""
     from atlas.runtime import cuda_ops
     from atlas.runtime.layers.linear_cuda import CudaLinear
 
@@ -416,10 +417,15 @@ def test_the_norm_is_deferred_only_where_both_projections_have_the_forms():
     plan = {"1": {**wk, "kernel_norm": "wn", "kernel_defer": "wd", "kernel_rstd": "wr"},
             "2": {**wk, "kernel_rstd": "wr", "kernel_silu": "ws"},
             "4": {**wk, "kernel_rstd": "wr", "kernel_silu": "ws", "kernel_silu_rstd": "wsr"},
-            "8": {"config": {"SPLIT_K": 4}, "kernel": "k", "reduce": "r"}}
+            "8": {"config": {"SPLIT_K": 4}, "kernel": "k", "reduce": "r"},
+            "16": {"config": {"SPLIT_K": 4}, "kernel": "k", "reduce": "r", "reduce_defer": "rd", "reduce_rstd": "rr"},
+            "64": {"config": {"SPLIT_K": 2}, "kernel": "g", "reduce_defer": "rd", "reduce_rstd": "rr"}}
     layer = CudaLinear("nvfp4", t, object(), plan)
-    assert [layer.defers_norm(m) for m in (1, 2, 4, 8)] == [True, False, False, False]
-    assert [layer.takes_deferred(m) for m in (1, 2, 3, 8)] == [True, False, True, False]
+    assert [layer.defers_norm(m) for m in (1, 2, 4, 8, 16, 64)] == [True, False, False, False, True, False]
+    assert [layer.takes_deferred(m) for m in (1, 2, 3, 8, 16, 64)] == [True, False, True, False, True, False]
+    silu_split = {"16": {**plan["16"], "reduce_silu": "rs"}}
+    assert not CudaLinear("nvfp4", t, object(), silu_split).takes_deferred(16)  # no reduce_silu_rstd beside it
+    assert CudaLinear("nvfp4", t, object(), {"16": {**silu_split["16"], "reduce_silu_rstd": "rsr"}}).takes_deferred(9)
     with pytest.raises(ValueError, match="cannot defer"):
         layer(torch.zeros(2, 64, dtype=torch.bfloat16), defer=True)
 
