@@ -236,7 +236,7 @@ class CudaLinear:
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} has no fused add + RMSNorm at M = {m}")
         if defer and (norm is None or not self.defers_norm(m)):
             raise ValueError(f"the {self.fmt} linear {self.n}x{self.k} cannot defer its add + RMSNorm at M = {m}")
-        if isinstance(x, DeferredNorm):  # one launch: the WK GEMV on hw, scaled by the row's rstd
+        if isinstance(x, DeferredNorm):  # the GEMV on hw, scaled by the row's rstd (in the WK GEMV or the reduction)
             return self._rstd(entry, x, silu)
         out = torch.empty(m, self.n // 2 if silu else self.n, device=x.device, dtype=torch.bfloat16)
         common = dict(bias_ptr=self.bias, res_ptr=None, M=m, N=self.n, K=self.k, stride_xm=x.stride(0),
