@@ -158,5 +158,7 @@ class PagedModel:
             # head reads a row gather of it, so it is not left to a projection)
             h, residual = ops.project_add_rms_norm(layer.down_proj, ops.gate_up_silu(layer.gate_up_proj, h), residual,
                                                    nxt.input_norm if nxt else self.norm, then=nxt and nxt.input_proj)
-        last = h[step.last_rows.long()]  # last: [B, H] final-normed hidden state of each sequence's last token
+        # last: [B, H] final-normed hidden state of each sequence's last token; one token a sequence (decode): the
+        # rows in order, no gather (two launches fewer a decode step)
+        last = h if step.max_q_len == 1 else h[step.last_rows.long()]
         return self.lm_head(last).float()
