@@ -25,9 +25,11 @@ unfused path rounds x̂ = bf16(h rstd (OFFSET + w)), this one hw = bf16(h (OFFSE
 and sums the squares in another order: within a few bf16 ulps of the unfused result, not bit-equal
 (`materialize` is the reference: hw rstd, what a consumer without the rstd form would read).
 
-CudaLinear (runtime/layers/linear_cuda.py) launches these where the plan compiled them ("kernel_defer" for a
-residual projection's WK bucket, "kernel_rstd" / "kernel_silu_rstd" for a projection reading the normed stream) and
-CudaOps.project_add_rms_norm defers only where the next projection takes the deferred form. The kernels live outside
+CudaLinear (runtime/layers/linear_cuda.py) launches these where the plan compiled them ("kernel_defer" /
+"reduce_defer" for a residual projection's GEMV buckets, "kernel_rstd" / "reduce_rstd" and their SILU forms for a
+projection reading the normed stream) and CudaOps.project_add_rms_norm defers only where the next projection takes
+the deferred form and runtime/cuda_ops.DEFER_NORM is on (off until these kernels have passed their GPU tests, written
+2026-12-08 without a GPU: tests/plugins_trt/test_deferred_norm.py). The kernels live outside
 quant_linear/ so that the tuning cache's kernel digest (build_engine/tuning_cache.py), which covers the kernels the
 search times, does not change with them: their main loop is gluon_gemv's `_wk_acc`, unchanged, and the search
 chooses the config of that loop.
