@@ -12,8 +12,6 @@ conv weight and conv windows; fp32 recurrent states, A_log, dt_bias and gated-no
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 
@@ -30,6 +28,7 @@ from atlas.plugins_trt.rope.reference import rope_inv_freq
 from atlas.plugins_trt.rope.triton_rope import launch_qkv_rope
 from atlas.plugins_trt.sampling.triton_sampling import launch_argmax
 from atlas.runtime.config import ModelConfig
+from atlas.runtime.knobs import knob
 from atlas.runtime.kv_cache import LayerKV
 from atlas.runtime.state_pool import LayerState
 from atlas.runtime.step import StepInputs
@@ -42,15 +41,9 @@ DEFER_NORM = False
 defer, for the A/B runs (tools/bench_decode.py --defer-ab) and those tests."""
 
 
-@contextlib.contextmanager
 def deferred_norm(enabled: bool):
-    """DEFER_NORM set to `enabled` for the CudaOps made inside."""
-    global DEFER_NORM
-    before, DEFER_NORM = DEFER_NORM, enabled
-    try:
-        yield
-    finally:
-        DEFER_NORM = before
+    """DEFER_NORM set to `enabled` for the CudaOps made inside (a context manager)."""
+    return knob(__name__, "DEFER_NORM", enabled)
 
 
 class CudaOps:

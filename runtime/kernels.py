@@ -31,7 +31,6 @@ above 48 KB must be allowed with cuFuncSetAttribute first.
 from __future__ import annotations
 
 import ast
-import contextlib
 import ctypes
 import hashlib
 import warnings
@@ -41,6 +40,7 @@ from pathlib import Path
 import torch
 
 from atlas.runtime.errors import EngineError
+from atlas.runtime.knobs import knob
 
 KERNELS_DIR = "kernels"
 TABLE_FORMAT = 1
@@ -54,15 +54,10 @@ loaded them before 2026-12-08). Read when a table is made (shared_preference set
 for tools/bench_decode.py --carveout-ab, which times the others beside the default in the same run."""
 
 
-@contextlib.contextmanager
 def shared_preference(mode: str):
-    """KernelTables made inside take `mode` as their SHARED_PREFERENCE (an A/B of the loadings in one process)."""
-    global SHARED_PREFERENCE
-    default, SHARED_PREFERENCE = SHARED_PREFERENCE, mode
-    try:
-        yield
-    finally:
-        SHARED_PREFERENCE = default
+    """KernelTables made inside take `mode` as their SHARED_PREFERENCE (an A/B of the loadings in one process; a
+    context manager)."""
+    return knob(__name__, "SHARED_PREFERENCE", mode)
 
 
 SCALAR_CTYPES = {

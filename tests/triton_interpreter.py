@@ -106,6 +106,17 @@ def patch_interpreter(fast_nested: bool = False):
     return undo
 
 
+def interpreter_possible() -> bool:
+    """No GPU, and triton not yet imported or imported under the interpreter (its own @jit helpers interpreted): a
+    kernel test module may then set TRITON_INTERPRET=1 for its imports."""
+    if torch.cuda.is_available():
+        return False
+    if "triton" not in sys.modules:
+        return True
+    import triton.language as tl
+    return type(tl.zeros).__name__ == "InterpretedFunction"
+
+
 def restore_env(saved: str | None) -> None:
     """Put TRITON_INTERPRET back as it was (None: unset)."""
     if saved is None:

@@ -159,6 +159,8 @@ def splitk_reduce_defer_kernel(part_ptr, bias_ptr, res_ptr, w_ptr, out_ptr, ss_p
     m = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
+    # y: splitk_reduce_norm_kernel's lines over this program's columns (the same bits in the residual stream),
+    # repeated, not made a helper of triton_gemv, for the reason nvfp4_gemv_wk_defer_kernel gives
     y = tl.zeros([BLOCK_N], dtype=tl.float32)
     for s in tl.static_range(SPLIT_K):
         y += tl.load(part_ptr + (s * M + m) * N + offs_n, mask=nmask, other=0.0)

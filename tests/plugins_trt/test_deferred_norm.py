@@ -15,7 +15,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from triton_interpreter import fixed_interpreter, rel, report, restore_env, run_in_fresh_process  # noqa: E402
+from triton_interpreter import (fixed_interpreter, interpreter_possible, rel, report, restore_env,  # noqa: E402
+                                run_in_fresh_process)
 
 from atlas.plugins_trt.rms_norm.reference import rms_norm  # noqa: E402
 
@@ -23,18 +24,8 @@ NO_GPU = not torch.cuda.is_available()
 DEV = "cpu" if NO_GPU else "cuda"
 
 
-def _interpreter_possible() -> bool:
-    """No GPU, and triton not yet imported or imported under the interpreter."""
-    if not NO_GPU:
-        return False
-    if "triton" not in sys.modules:
-        return True
-    import triton.language as tl
-    return type(tl.zeros).__name__ == "InterpretedFunction"
-
-
 _saved_env = os.environ.get("TRITON_INTERPRET")
-if _interpreter_possible():
+if interpreter_possible():
     os.environ["TRITON_INTERPRET"] = "1"
 try:
     from atlas.plugins_trt.quant_linear.triton_gemv import launch_splitk_reduce_norm

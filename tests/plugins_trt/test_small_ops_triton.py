@@ -37,8 +37,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
-from triton_interpreter import (check_patches, fixed_interpreter, rel, report, restore_env,  # noqa: E402
-                                run_in_fresh_process)
+from triton_interpreter import (check_patches, fixed_interpreter, interpreter_possible, rel, report,  # noqa: E402
+                                restore_env, run_in_fresh_process)
 
 from atlas.plugins_trt.activation.reference import silu_mul
 from atlas.plugins_trt.embedding.reference import embedding
@@ -53,18 +53,8 @@ FP32_TOL, BF16_TOL, FP8_TOL = 1e-5, 8e-3, 2e-2
 FP8 = torch.float8_e4m3fn
 
 
-def _interpreter_possible() -> bool:
-    """No GPU, and triton not yet imported or imported under the interpreter (its own @jit helpers interpreted)."""
-    if not NO_GPU:
-        return False
-    if "triton" not in sys.modules:
-        return True
-    import triton.language as tl
-    return type(tl.zeros).__name__ == "InterpretedFunction"
-
-
 _saved_env = os.environ.get("TRITON_INTERPRET")
-if _interpreter_possible():
+if interpreter_possible():
     os.environ["TRITON_INTERPRET"] = "1"
 try:
     import triton.language as _tl
