@@ -112,8 +112,11 @@ def run_worker(env, what: str) -> dict:
 @click.argument("cache_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--history", default=300, show_default=True, help="How many commits back to look for old digests.")
 def main(cache_file: Path, history: int) -> None:
-    data = json.loads(cache_file.read_text())
-    entries = data["entries"]
+    try:
+        data = json.loads(cache_file.read_text())
+        entries = data["entries"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise click.ClickException(f"{cache_file} is not a tuning cache (atlas-build --tuning-cache writes one): {e}")
     commits = git("log", f"-{history}", "--format=%H", "--", "plugins_trt/quant_linear",
                   "build_engine/linear_kernels.py").split()
     today = keys_at(None)
